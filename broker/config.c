@@ -1,0 +1,759 @@
+/*
+ * The configuration in memory: printing it back in the config grammar (for
+ * `mcpbroker -n -v` and for shipping it to children), loading secrets,
+ * lookups and freeing.  The parser is in parse.c.
+ */
+
+#include <sys/stat.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "broker/config.h"
+
+#define SECRET_MAX	(64 * 1024)
+
+const char *
+provider_type_str(enum provider_type t)
+{
+	switch (t) {
+	case PROVIDER_OPENAI:
+		return "openai";
+	case PROVIDER_AZURE_OPENAI:
+		return "azure-openai";
+	case PROVIDER_OPENAI_COMPATIBLE:
+		return "openai-compatible";
+	case PROVIDER_ANTHROPIC:
+		return "anthropic";
+	case PROVIDER_OLLAMA:
+		return "ollama";
+	case PROVIDER_GEMINI:
+		return "gemini";
+	}
+	return "unknown";
+}
+
+const char *
+transport_str(enum server_transport t)
+{
+	switch (t) {
+	case TRANSPORT_STDIO:
+		return "stdio";
+	case TRANSPORT_STREAMABLE_HTTP:
+		return "streamable-http";
+	case TRANSPORT_SSE:
+		return "sse";
+	}
+	return "unknown";
+}
+
+const char *
+isolation_str(enum server_isolation i)
+{
+	switch (i) {
+	case ISOLATION_SHARED:
+		return "shared";
+	case ISOLATION_PER_USER:
+		return "per-user";
+	case ISOLATION_PER_CONVERSATION:
+		return "per-conversation";
+	}
+	return "unknown";
+}
+
+static const char *
+budget_scope_str(enum budget_scope s)
+{
+	switch (s) {
+	case BUDGET_TENANT:
+		return "tenant";
+	case BUDGET_ROLE:
+		return "role";
+	case BUDGET_USER:
+		return "user";
+	}
+	return "unknown";
+}
+
+static const char *
+budget_metric_str(enum budget_metric m)
+{
+	switch (m) {
+	case BUDGET_MONTHLY_USD:
+		return "monthly-usd";
+	case BUDGET_DAILY_USD:
+		return "daily-usd";
+	case BUDGET_DAILY_TOKENS:
+		return "daily-tokens";
+	case BUDGET_MONTHLY_TOKENS:
+		return "monthly-tokens";
+	}
+	return "unknown";
+}
+
+/* Lookups */
+
+struct server_conf *
+config_find_server(const struct mcpbroker_conf *conf, const char *name)
+{
+	struct server_conf	*srv;
+
+	TAILQ_FOREACH(srv, &conf->c_servers, srv_entry)
+		if (strcmp(srv->srv_name, name) == 0)
+			return srv;
+	return NULL;
+}
+
+struct provider_conf *
+config_find_provider(const struct mcpbroker_conf *conf, const char *name)
+{
+	struct provider_conf	*pv;
+
+	TAILQ_FOREACH(pv, &conf->c_providers, pv_entry)
+		if (strcmp(pv->pv_name, name) == 0)
+			return pv;
+	return NULL;
+}
+
+unsigned int
+config_server_count(const struct mcpbroker_conf *conf)
+{
+	struct server_conf	*srv;
+	unsigned int		 n = 0;
+
+	TAILQ_FOREACH(srv, &conf->c_servers, srv_entry)
+		n++;
+	return n;
+}
+
+/* Printing */
+
+/* A quoted string the lexer reads back as the same bytes. */
+static void
+print_str(FILE *fp, const char *s)
+{
+	fputc('"', fp);
+	for (; *s != '\0'; s++) {
+		if (*s == '"' || *s == '\\')
+			fprintf(fp, "\\%c", *s);
+		else if (*s == '\n')
+			fputs("\\n", fp);
+		else if (*s == '\t')
+			fputs("\\t", fp);
+		else
+			fputc(*s, fp);
+	}
+	fputc('"', fp);
+}
+
+/* kw "value" on a line of its own, indented when in a block */
+static void
+print_kv(FILE *fp, const char *indent, const char *kw, const char *v)
+{
+	if (v == NULL)
+		return;
+	fprintf(fp, "%s%s ", indent, kw);
+	print_str(fp, v);
+	fputc('\n', fp);
+}
+
+/* Largest unit that divides the value exactly: 90s, not 1m30s or 90000ms. */
+static const char *
+fmt_duration(uint64_t ms, char *buf, size_t sz)
+{
+	static const struct {
+		const char	*name;
+		uint64_t	 ms;
+	} units[] = {
+		{ "d", 86400000ULL }, { "h", 3600000ULL }, { "m", 60000ULL },
+		{ "s", 1000ULL },
+	};
+	size_t	i;
+
+	for (i = 0; i < sizeof(units) / sizeof(units[0]); i++)
+		if (ms != 0 && ms % units[i].ms == 0) {
+			snprintf(buf, sz, "%llu%s",
+			    (unsigned long long)(ms / units[i].ms),
+			    units[i].name);
+			return buf;
+		}
+	snprintf(buf, sz, "%llums", (unsigned long long)ms);
+	return buf;
+}
+
+static const char *
+fmt_size(uint64_t n, char *buf, size_t sz)
+{
+	static const char	units[] = "GMK";
+	uint64_t		mul = 1024ULL * 1024 * 1024;
+	size_t			i;
+
+	for (i = 0; i < 3; i++, mul /= 1024)
+		if (n != 0 && n % mul == 0) {
+			snprintf(buf, sz, "%llu%c",
+			    (unsigned long long)(n / mul), units[i]);
+			return buf;
+		}
+	snprintf(buf, sz, "%llu", (unsigned long long)n);
+	return buf;
+}
+
+/*
+ * The shortest fixed-point form that reads back as the same double: the
+ * parser takes no exponents and at most 12 decimals, so 0.6, not 0.59999...
+ */
+static const char *
+fmt_decimal(double d, char *buf, size_t sz)
+{
+	int	prec;
+
+	for (prec = 0; prec <= 12; prec++) {
+		snprintf(buf, sz, "%.*f", prec, d);
+		if (strtod(buf, NULL) == d)
+			return buf;
+	}
+	return buf;
+}
+
+/* What a secret comment may show: the reference, on one line. */
+static void
+print_secret(FILE *fp, const char *kwbase, const struct secret_ref *sr)
+{
+	const char	*kind, *c;
+
+	if (sr->sr_kind == SECRET_NONE)
+		return;
+	kind = sr->sr_kind == SECRET_FILE ? "file" : "env";
+	fprintf(fp, "\t%s-%s ", kwbase, kind);
+	print_str(fp, sr->sr_ref);
+	fprintf(fp, "\t# secret: (%s ", kind);
+	/* the comment ends at a newline: never let the path contain one */
+	for (c = sr->sr_ref; *c != '\0'; c++)
+		fputc((unsigned char)*c < 0x20 || *c == 0x7f ? '?' : *c, fp);
+	fputs(")\n", fp);
+}
+
+static void
+print_globals(FILE *fp, const struct mcpbroker_conf *conf)
+{
+	const struct limits_conf	*lm = &conf->c_limits;
+	char				 b[32];
+
+	print_kv(fp, "", "user", conf->c_user);
+	print_kv(fp, "", "state-dir", conf->c_state_dir);
+	print_kv(fp, "", "control socket", conf->c_control_path);
+	fputs("limits {\n", fp);
+	fprintf(fp, "\ttool-rounds %u\n", lm->lm_tool_rounds);
+	fprintf(fp, "\ttool-timeout %s\n",
+	    fmt_duration(lm->lm_tool_timeout_ms, b, sizeof(b)));
+	fprintf(fp, "\thistory-messages %u\n", lm->lm_history_messages);
+	fprintf(fp, "\tmax-body %s\n", fmt_size(lm->lm_max_body, b,
+	    sizeof(b)));
+	fprintf(fp, "\theader-timeout %s\n",
+	    fmt_duration(lm->lm_header_timeout_ms, b, sizeof(b)));
+	fputs("}\n", fp);
+}
+
+static void
+print_listens(FILE *fp, const struct mcpbroker_conf *conf)
+{
+	const struct listen_conf	*ls;
+
+	/* addresses are canonical numeric forms or "localhost": bare words */
+	TAILQ_FOREACH(ls, &conf->c_listens, ls_entry) {
+		fprintf(fp, "listen on %s port %u", ls->ls_addr, ls->ls_port);
+		if (ls->ls_tls) {
+			fputs(" tls certificate ", fp);
+			print_str(fp, ls->ls_cert);
+			fputs(" key ", fp);
+			print_str(fp, ls->ls_key);
+		}
+		fputc('\n', fp);
+	}
+}
+
+static void
+print_auth(FILE *fp, const struct auth_conf *au)
+{
+	const struct jwt_conf	*jw = &au->au_jwt_conf;
+
+	if (!au->au_api_keys && !au->au_jwt)
+		return;
+	fputs("auth {\n", fp);
+	if (au->au_api_keys)
+		fputs("\tapi-keys\n", fp);
+	if (au->au_jwt) {
+		fputs("\tjwt issuer ", fp);
+		print_str(fp, jw->jw_issuer);
+		fputs(" audience ", fp);
+		print_str(fp, jw->jw_audience);
+		fputs(" jwks-file ", fp);
+		print_str(fp, jw->jw_jwks_file);
+		fputs(" roles-claim ", fp);
+		print_str(fp, jw->jw_roles_claim != NULL ?
+		    jw->jw_roles_claim : "roles");
+		fputc('\n', fp);
+	}
+	fputs("}\n", fp);
+}
+
+static void
+print_provider(FILE *fp, const struct provider_conf *pv)
+{
+	char	b1[64], b2[64];
+
+	fputs("provider ", fp);
+	print_str(fp, pv->pv_name);
+	fputs(" {\n", fp);
+	fprintf(fp, "\ttype %s\n", provider_type_str(pv->pv_type));
+	print_kv(fp, "\t", "base-url", pv->pv_base_url);
+	print_secret(fp, "api-key", &pv->pv_api_key);
+	print_kv(fp, "\t", "model", pv->pv_model);
+	print_kv(fp, "\t", "deployment", pv->pv_deployment);
+	print_kv(fp, "\t", "api-version", pv->pv_api_version);
+	if (pv->pv_has_price)
+		fprintf(fp, "\tprice input %s output %s\n",
+		    fmt_decimal(pv->pv_price_input, b1, sizeof(b1)),
+		    fmt_decimal(pv->pv_price_output, b2, sizeof(b2)));
+	fputs("}\n", fp);
+}
+
+static void
+print_strv(FILE *fp, const char *kw, char *const *v, size_t n)
+{
+	size_t	i;
+
+	if (n == 0)
+		return;
+	fprintf(fp, "\t%s", kw);
+	for (i = 0; i < n; i++) {
+		fputc(' ', fp);
+		print_str(fp, v[i]);
+	}
+	fputc('\n', fp);
+}
+
+static void
+print_server(FILE *fp, const struct server_conf *srv)
+{
+	const struct header_conf	*hd;
+	const struct fs_rule		*fs;
+	char				 b[32];
+
+	fputs("server ", fp);
+	print_str(fp, srv->srv_name);
+	fputs(" {\n", fp);
+	if (srv->srv_url != NULL) {
+		print_kv(fp, "\t", "url", srv->srv_url);
+		fprintf(fp, "\ttransport %s\n",
+		    transport_str(srv->srv_transport));
+		print_secret(fp, "bearer-token", &srv->srv_bearer);
+		TAILQ_FOREACH(hd, &srv->srv_headers, hd_entry) {
+			fputs("\theader ", fp);
+			print_str(fp, hd->hd_name);
+			fputc(' ', fp);
+			print_str(fp, hd->hd_value);
+			fputc('\n', fp);
+		}
+		print_kv(fp, "\t", "ca-file", srv->srv_ca_file);
+	} else {
+		print_strv(fp, "command", srv->srv_argv, srv->srv_argc);
+		print_strv(fp, "env", srv->srv_env, srv->srv_nenv);
+		if (srv->srv_network_none)
+			fputs("\tnetwork none\n", fp);
+		TAILQ_FOREACH(fs, &srv->srv_fs, fs_entry) {
+			fprintf(fp, "\tfilesystem %s ",
+			    fs->fs_access == FS_WRITE ? "write" : "read");
+			print_str(fp, fs->fs_path);
+			fputc('\n', fp);
+		}
+	}
+	fprintf(fp, "\tisolation %s\n", isolation_str(srv->srv_isolation));
+	fprintf(fp, "\tcall-timeout %s\n",
+	    fmt_duration(srv->srv_call_timeout_ms, b, sizeof(b)));
+	fprintf(fp, "\tconnect-timeout %s\n",
+	    fmt_duration(srv->srv_connect_timeout_ms, b, sizeof(b)));
+	fprintf(fp, "\tidle-timeout %s\n",
+	    fmt_duration(srv->srv_idle_timeout_ms, b, sizeof(b)));
+	fprintf(fp, "\tmax-instances %u\n", srv->srv_max_instances);
+	fputs("}\n", fp);
+}
+
+static void
+print_toolset(FILE *fp, const struct toolset_conf *ts)
+{
+	fputs("toolset ", fp);
+	print_str(fp, ts->ts_name);
+	fputs(" {\n", fp);
+	print_strv(fp, "tools", ts->ts_tools, ts->ts_ntools);
+	fputs("}\n", fp);
+}
+
+static void
+print_budget(FILE *fp, const struct budget_conf *bg)
+{
+	char	b[64];
+
+	fprintf(fp, "budget %s ", budget_scope_str(bg->bg_scope));
+	print_str(fp, bg->bg_subject);
+	fprintf(fp, " %s %s\n", budget_metric_str(bg->bg_metric),
+	    fmt_decimal(bg->bg_limit, b, sizeof(b)));
+}
+
+static const char *
+rate_period_str(unsigned int secs)
+{
+	switch (secs) {
+	case 1:
+		return "second";
+	case 60:
+		return "minute";
+	case 3600:
+		return "hour";
+	default:
+		return "day";
+	}
+}
+
+static void
+print_rule(FILE *fp, const struct policy_rule *r)
+{
+	const struct policy_cond	*pc;
+	size_t				 i;
+
+	fputs(policy_action_str(r->pr_action), fp);
+	if (r->pr_subject != SUBJECT_ANY) {
+		fprintf(fp, " %s ", policy_subject_str(r->pr_subject));
+		print_str(fp, r->pr_subject_name);
+	}
+	fputs(" tool", fp);
+	for (i = 0; i < r->pr_ntools; i++) {
+		fputc(' ', fp);
+		print_str(fp, r->pr_tools[i]);
+	}
+	TAILQ_FOREACH(pc, &r->pr_conds, pc_entry) {
+		fputs(" where ", fp);
+		print_str(fp, pc->pc_arg);
+		fprintf(fp, " %s ", policy_op_str(pc->pc_op));
+		if (pc->pc_op == COND_MAX_LENGTH)
+			fprintf(fp, "%lld", pc->pc_num);
+		else
+			print_str(fp, pc->pc_value);
+	}
+	if (r->pr_rate_count != 0)
+		fprintf(fp, " rate %u/%s", r->pr_rate_count,
+		    rate_period_str(r->pr_rate_period));
+	fputc('\n', fp);
+}
+
+void
+config_print(FILE *fp, const struct mcpbroker_conf *conf,
+    const char *only_server)
+{
+	const struct provider_conf	*pv;
+	const struct server_conf	*srv;
+	const struct toolset_conf	*ts;
+	const struct budget_conf	*bg;
+	const struct policy_rule	*r;
+
+	print_globals(fp, conf);
+	if (only_server != NULL) {
+		if ((srv = config_find_server(conf, only_server)) != NULL)
+			print_server(fp, srv);
+		return;
+	}
+	print_listens(fp, conf);
+	print_auth(fp, &conf->c_auth);
+	TAILQ_FOREACH(pv, &conf->c_providers, pv_entry)
+		print_provider(fp, pv);
+	TAILQ_FOREACH(srv, &conf->c_servers, srv_entry)
+		print_server(fp, srv);
+	TAILQ_FOREACH(ts, &conf->c_toolsets, ts_entry)
+		print_toolset(fp, ts);
+	TAILQ_FOREACH(bg, &conf->c_budgets, bg_entry)
+		print_budget(fp, bg);
+	/* rule order is meaningful: first match wins */
+	TAILQ_FOREACH(r, &conf->c_rules, pr_entry)
+		print_rule(fp, r);
+}
+
+/* Secrets */
+
+static void
+secret_clear(struct secret_ref *sr)
+{
+	if (sr->sr_value != NULL) {
+		explicit_bzero(sr->sr_value, strlen(sr->sr_value));
+		free(sr->sr_value);
+		sr->sr_value = NULL;
+	}
+}
+
+/* Read a secret file (bounded: SECRET_MAX and a little) into a string. */
+static int
+secret_read_file(const char *path, char **out, size_t *outlen,
+    const char **why)
+{
+	struct stat	 st;
+	char		*buf;
+	size_t		 len = 0;
+	ssize_t		 n = 0;
+	int		 fd;
+
+	*why = NULL;
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) == -1)
+		return -1;
+	if (fstat(fd, &st) == -1) {
+		close(fd);
+		return -1;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		close(fd);
+		*why = "not a regular file";
+		return -1;
+	}
+	if ((buf = malloc(SECRET_MAX + 3)) == NULL) {
+		close(fd);
+		return -1;
+	}
+	/* room for a line ending, and one byte more to spot a large file */
+	while (len < SECRET_MAX + 2) {
+		n = read(fd, buf + len, SECRET_MAX + 2 - len);
+		if (n == -1 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		len += (size_t)n;
+	}
+	close(fd);
+	if (n == -1) {
+		explicit_bzero(buf, len);
+		free(buf);
+		return -1;
+	}
+	buf[len] = '\0';
+	*out = buf;
+	*outlen = len;
+	return 0;
+}
+
+/*
+ * Check a secret and strip one line ending.  Secrets go into HTTP headers,
+ * so control characters (header injection) and NULs are refused.
+ */
+static const char *
+secret_check(char *v, size_t len)
+{
+	size_t	i;
+
+	if (len > 0 && v[len - 1] == '\n')
+		v[--len] = '\0';
+	if (len > 0 && v[len - 1] == '\r')
+		v[--len] = '\0';
+	if (len > SECRET_MAX)
+		return "larger than 64 KiB";
+	if (len == 0)
+		return "is empty";
+	for (i = 0; i < len; i++) {
+		if (v[i] == '\0')
+			return "contains a NUL byte";
+		if ((unsigned char)v[i] < 0x20 || v[i] == 0x7f)
+			return "contains a control character";
+	}
+	return NULL;
+}
+
+static int
+secret_load(struct secret_ref *sr, const char *kwbase, FILE *errs)
+{
+	const char	*why = NULL, *env;
+	char		*v = NULL;
+	size_t		 len;
+	int		 e;
+
+	secret_clear(sr);
+	if (sr->sr_kind == SECRET_NONE)
+		return 0;
+	if (sr->sr_kind == SECRET_ENV) {
+		if ((env = getenv(sr->sr_ref)) == NULL) {
+			fprintf(errs, "%s:%d: %s-env \"%s\" is not set\n",
+			    sr->sr_file, sr->sr_line, kwbase, sr->sr_ref);
+			return -1;
+		}
+		len = strnlen(env, SECRET_MAX + 2);
+		if ((v = strndup(env, len)) == NULL) {
+			fprintf(errs, "%s:%d: %s-env \"%s\": %s\n", sr->sr_file,
+			    sr->sr_line, kwbase, sr->sr_ref, strerror(errno));
+			return -1;
+		}
+	} else if (secret_read_file(sr->sr_ref, &v, &len, &why) == -1) {
+		e = errno;
+		fprintf(errs, "%s:%d: %s-file \"%s\": %s\n", sr->sr_file,
+		    sr->sr_line, kwbase, sr->sr_ref, why != NULL ? why :
+		    strerror(e));
+		return -1;
+	}
+	if ((why = secret_check(v, len)) != NULL) {
+		fprintf(errs, "%s:%d: %s-%s \"%s\": %s\n", sr->sr_file,
+		    sr->sr_line, kwbase, sr->sr_kind == SECRET_FILE ? "file" :
+		    "env", sr->sr_ref, why);
+		explicit_bzero(v, len);
+		free(v);
+		return -1;
+	}
+	sr->sr_value = v;
+	return 0;
+}
+
+int
+config_load_secrets(struct mcpbroker_conf *conf, FILE *errs)
+{
+	struct provider_conf	*pv;
+	struct server_conf	*srv;
+	int			 rv = 0;
+
+	TAILQ_FOREACH(pv, &conf->c_providers, pv_entry)
+		if (secret_load(&pv->pv_api_key, "api-key", errs) == -1)
+			rv = -1;
+	TAILQ_FOREACH(srv, &conf->c_servers, srv_entry)
+		if (secret_load(&srv->srv_bearer, "bearer-token", errs) == -1)
+			rv = -1;
+	return rv;
+}
+
+/* Freeing */
+
+static void
+secret_free(struct secret_ref *sr)
+{
+	secret_clear(sr);
+	free(sr->sr_ref);
+	free(sr->sr_file);
+}
+
+static void
+strv_free(char **v, size_t n)
+{
+	size_t	i;
+
+	for (i = 0; i < n; i++)
+		free(v[i]);
+	free(v);
+}
+
+static void
+provider_free(struct provider_conf *pv)
+{
+	free(pv->pv_name);
+	free(pv->pv_base_url);
+	secret_free(&pv->pv_api_key);
+	free(pv->pv_model);
+	free(pv->pv_deployment);
+	free(pv->pv_api_version);
+	free(pv->pv_file);
+	free(pv);
+}
+
+static void
+server_free(struct server_conf *srv)
+{
+	struct header_conf	*hd;
+	struct fs_rule		*fs;
+
+	free(srv->srv_name);
+	strv_free(srv->srv_argv, srv->srv_argc);
+	free(srv->srv_url);
+	secret_free(&srv->srv_bearer);
+	while ((hd = TAILQ_FIRST(&srv->srv_headers)) != NULL) {
+		TAILQ_REMOVE(&srv->srv_headers, hd, hd_entry);
+		free(hd->hd_name);
+		free(hd->hd_value);
+		free(hd);
+	}
+	free(srv->srv_ca_file);
+	strv_free(srv->srv_env, srv->srv_nenv);
+	while ((fs = TAILQ_FIRST(&srv->srv_fs)) != NULL) {
+		TAILQ_REMOVE(&srv->srv_fs, fs, fs_entry);
+		free(fs->fs_path);
+		free(fs);
+	}
+	free(srv->srv_file);
+	free(srv);
+}
+
+static void
+rule_free(struct policy_rule *r)
+{
+	struct policy_cond	*pc;
+
+	free(r->pr_subject_name);
+	strv_free(r->pr_tools, r->pr_ntools);
+	while ((pc = TAILQ_FIRST(&r->pr_conds)) != NULL) {
+		TAILQ_REMOVE(&r->pr_conds, pc, pc_entry);
+		free(pc->pc_arg);
+		free(pc->pc_value);
+		free(pc);
+	}
+	free(r->pr_file);
+	free(r);
+}
+
+void
+config_free(struct mcpbroker_conf *conf)
+{
+	struct listen_conf	*ls;
+	struct provider_conf	*pv;
+	struct server_conf	*srv;
+	struct toolset_conf	*ts;
+	struct budget_conf	*bg;
+	struct policy_rule	*r;
+	struct jwt_conf		*jw;
+
+	if (conf == NULL)
+		return;
+	while ((ls = TAILQ_FIRST(&conf->c_listens)) != NULL) {
+		TAILQ_REMOVE(&conf->c_listens, ls, ls_entry);
+		free(ls->ls_addr);
+		free(ls->ls_cert);
+		free(ls->ls_key);
+		free(ls->ls_file);
+		free(ls);
+	}
+	while ((pv = TAILQ_FIRST(&conf->c_providers)) != NULL) {
+		TAILQ_REMOVE(&conf->c_providers, pv, pv_entry);
+		provider_free(pv);
+	}
+	while ((srv = TAILQ_FIRST(&conf->c_servers)) != NULL) {
+		TAILQ_REMOVE(&conf->c_servers, srv, srv_entry);
+		server_free(srv);
+	}
+	while ((ts = TAILQ_FIRST(&conf->c_toolsets)) != NULL) {
+		TAILQ_REMOVE(&conf->c_toolsets, ts, ts_entry);
+		free(ts->ts_name);
+		strv_free(ts->ts_tools, ts->ts_ntools);
+		free(ts->ts_file);
+		free(ts);
+	}
+	while ((bg = TAILQ_FIRST(&conf->c_budgets)) != NULL) {
+		TAILQ_REMOVE(&conf->c_budgets, bg, bg_entry);
+		free(bg->bg_subject);
+		free(bg->bg_file);
+		free(bg);
+	}
+	while ((r = TAILQ_FIRST(&conf->c_rules)) != NULL) {
+		TAILQ_REMOVE(&conf->c_rules, r, pr_entry);
+		rule_free(r);
+	}
+	jw = &conf->c_auth.au_jwt_conf;
+	free(jw->jw_issuer);
+	free(jw->jw_audience);
+	free(jw->jw_jwks_file);
+	free(jw->jw_roles_claim);
+	free(conf->c_user);
+	free(conf->c_state_dir);
+	free(conf->c_control_path);
+	free(conf);
+}

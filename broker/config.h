@@ -1,0 +1,230 @@
+/*
+ * mcpbroker.conf in memory.  The parent parses the file once
+ * (config_parse_file); children receive the effective configuration as
+ * text printed by config_print and parse it with config_parse_buffer, which
+ * never touches the file system.  Secret values are filled in by the parent
+ * only (config_load_secrets) and are never printed.
+ */
+#ifndef MCPBROKER_CONFIG_H
+#define MCPBROKER_CONFIG_H
+
+#include <sys/queue.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "policy/policy.h"
+
+#define CONF_DEFAULT_PATH	"/etc/mcpbroker/mcpbroker.conf"
+#define CONF_DEFAULT_USER	"_mcpbroker"
+#define CONF_DEFAULT_STATE_DIR	"/var/lib/mcpbroker"
+#define CONF_DEFAULT_CONTROL	"/run/mcpbroker/control.sock"
+
+enum secret_kind {
+	SECRET_NONE,
+	SECRET_FILE,		/* *-file "PATH" */
+	SECRET_ENV,		/* *-env "NAME" */
+};
+
+struct secret_ref {
+	enum secret_kind	 sr_kind;
+	char			*sr_ref;	/* the path or variable name */
+	char			*sr_value;	/* filled by config_load_secrets */
+	int			 sr_line;
+	char			*sr_file;
+};
+
+struct listen_conf {
+	TAILQ_ENTRY(listen_conf) ls_entry;
+	char			*ls_addr;	/* numeric IPv4/IPv6 or "localhost" */
+	uint16_t		 ls_port;
+	int			 ls_tls;
+	char			*ls_cert;	/* with tls */
+	char			*ls_key;
+	int			 ls_line;
+	char			*ls_file;
+};
+TAILQ_HEAD(listen_list, listen_conf);
+
+struct jwt_conf {
+	char			*jw_issuer;
+	char			*jw_audience;
+	char			*jw_jwks_file;
+	char			*jw_roles_claim;	/* default "roles" */
+};
+
+struct auth_conf {
+	int			 au_api_keys;
+	int			 au_jwt;		/* jwt line present */
+	struct jwt_conf		 au_jwt_conf;
+};
+
+enum provider_type {
+	PROVIDER_OPENAI,
+	PROVIDER_AZURE_OPENAI,
+	PROVIDER_OPENAI_COMPATIBLE,
+	PROVIDER_ANTHROPIC,
+	PROVIDER_OLLAMA,
+	PROVIDER_GEMINI,
+};
+
+struct provider_conf {
+	TAILQ_ENTRY(provider_conf) pv_entry;
+	char			*pv_name;
+	enum provider_type	 pv_type;
+	int			 pv_type_set;
+	char			*pv_base_url;
+	struct secret_ref	 pv_api_key;
+	char			*pv_model;
+	char			*pv_deployment;		/* azure-openai */
+	char			*pv_api_version;	/* azure-openai */
+	int			 pv_has_price;
+	double			 pv_price_input;	/* USD per million tokens */
+	double			 pv_price_output;
+	int			 pv_line;
+	char			*pv_file;
+};
+TAILQ_HEAD(provider_list, provider_conf);
+
+enum server_transport {
+	TRANSPORT_STDIO,		/* command ... */
+	TRANSPORT_STREAMABLE_HTTP,	/* url ..., the default for url */
+	TRANSPORT_SSE,			/* url ... transport sse (2024-11-05) */
+};
+
+enum server_isolation {
+	ISOLATION_SHARED,
+	ISOLATION_PER_USER,
+	ISOLATION_PER_CONVERSATION,
+};
+
+struct header_conf {
+	TAILQ_ENTRY(header_conf) hd_entry;
+	char			*hd_name;
+	char			*hd_value;
+};
+TAILQ_HEAD(header_list, header_conf);
+
+enum fs_access {
+	FS_READ,
+	FS_WRITE,
+};
+
+struct fs_rule {
+	TAILQ_ENTRY(fs_rule)	 fs_entry;
+	enum fs_access		 fs_access;
+	char			*fs_path;
+};
+TAILQ_HEAD(fs_rule_list, fs_rule);
+
+struct server_conf {
+	TAILQ_ENTRY(server_conf) srv_entry;
+	char			*srv_name;
+	char		       **srv_argv;	/* NULL-terminated; stdio only */
+	size_t			 srv_argc;
+	char			*srv_url;	/* http(s) transports only */
+	enum server_transport	 srv_transport;
+	struct secret_ref	 srv_bearer;	/* bearer-token-file / -env */
+	struct header_list	 srv_headers;	/* header "NAME" "VALUE" */
+	char			*srv_ca_file;
+	char		       **srv_env;	/* env "NAME": passed to instances */
+	size_t			 srv_nenv;
+	enum server_isolation	 srv_isolation;
+	int			 srv_network_none;
+	struct fs_rule_list	 srv_fs;
+	uint64_t		 srv_call_timeout_ms;	/* default 30 s */
+	uint64_t		 srv_connect_timeout_ms; /* default 10 s */
+	uint64_t		 srv_idle_timeout_ms;	/* default 10 min */
+	unsigned int		 srv_max_instances;	/* default 32 */
+	int			 srv_line;
+	char			*srv_file;
+};
+TAILQ_HEAD(server_list, server_conf);
+
+struct toolset_conf {
+	TAILQ_ENTRY(toolset_conf) ts_entry;
+	char			*ts_name;
+	char		       **ts_tools;	/* NULL-terminated globs */
+	size_t			 ts_ntools;
+	int			 ts_line;
+	char			*ts_file;
+};
+TAILQ_HEAD(toolset_list, toolset_conf);
+
+struct limits_conf {
+	unsigned int		 lm_tool_rounds;	/* default 10 */
+	uint64_t		 lm_tool_timeout_ms;	/* default 30 s */
+	unsigned int		 lm_history_messages;	/* default 50 */
+	uint64_t		 lm_max_body;		/* default 1M */
+	uint64_t		 lm_header_timeout_ms;	/* default 10 s */
+};
+
+enum budget_scope {
+	BUDGET_TENANT,
+	BUDGET_ROLE,
+	BUDGET_USER,
+};
+
+enum budget_metric {
+	BUDGET_MONTHLY_USD,
+	BUDGET_DAILY_USD,
+	BUDGET_DAILY_TOKENS,
+	BUDGET_MONTHLY_TOKENS,
+};
+
+struct budget_conf {
+	TAILQ_ENTRY(budget_conf) bg_entry;
+	enum budget_scope	 bg_scope;
+	char			*bg_subject;
+	enum budget_metric	 bg_metric;
+	double			 bg_limit;
+	int			 bg_line;
+	char			*bg_file;
+};
+TAILQ_HEAD(budget_list, budget_conf);
+
+struct mcpbroker_conf {
+	char			*c_user;
+	char			*c_state_dir;
+	char			*c_control_path;
+	struct listen_list	 c_listens;
+	struct auth_conf	 c_auth;
+	struct provider_list	 c_providers;
+	struct server_list	 c_servers;
+	struct toolset_list	 c_toolsets;
+	struct limits_conf	 c_limits;
+	struct budget_list	 c_budgets;
+	struct policy_rule_list	 c_rules;
+};
+
+/*
+ * Parse PATH (following include "FILE").  defines are "name=value" strings
+ * from -D, or NULL.  Every error is written to errs as "FILE:LINE: message\n";
+ * NULL is returned when there was any.
+ */
+struct mcpbroker_conf	*config_parse_file(const char *path,
+			    char *const *defines, FILE *errs);
+/* Parse text printed by config_print; include is refused. */
+struct mcpbroker_conf	*config_parse_buffer(const char *name,
+			    const char *buf, size_t len, FILE *errs);
+/*
+ * Print the effective configuration in the config grammar.  Secrets appear
+ * as references only.  only_server, if not NULL, prints that server block and
+ * the global settings alone (what a worker needs).
+ */
+void			 config_print(FILE *, const struct mcpbroker_conf *,
+			    const char *only_server);
+/* Read every referenced secret file and variable; errors as above. */
+int			 config_load_secrets(struct mcpbroker_conf *, FILE *errs);
+void			 config_free(struct mcpbroker_conf *);
+
+struct server_conf	*config_find_server(const struct mcpbroker_conf *,
+			    const char *);
+struct provider_conf	*config_find_provider(const struct mcpbroker_conf *,
+			    const char *);
+unsigned int		 config_server_count(const struct mcpbroker_conf *);
+
+const char		*provider_type_str(enum provider_type);
+const char		*transport_str(enum server_transport);
+const char		*isolation_str(enum server_isolation);
+
+#endif

@@ -1,0 +1,382 @@
+/*
+ * The frontend: the only process that faces the network.  It parses HTTP
+ * (libevent evhttp), enforces size and time limits, and answers from what
+ * the controller tells it.  It never opens a file, a database or an
+ * outbound connection; its listening sockets come from the parent.
+ */
+#include <sys/socket.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <json-c/json.h>
+
+#include "broker/mcpbroker.h"
+#include "common/log.h"
+#include "common/util.h"
+
+#define FRONTEND_MAX_LISTENERS	32
+#define FRONTEND_MAX_HEADERS	(32 * 1024)
+#define FRONTEND_MAX_PENDING	4096
+#define READY_TIMEOUT_MS	5000
+
+/* A request waiting for the controller's answer. */
+struct pending {
+	TAILQ_ENTRY(pending)	 pd_entry;
+	uint64_t		 pd_id;
+	struct evhttp_request	*pd_req;
+	struct event		*pd_timer;
+};
+TAILQ_HEAD(pending_list, pending);
+
+static struct {
+	struct mcpbroker_conf	*conf;
+	struct evhttp		*http;
+	struct peer		 controller;
+	int			 listen_fds[FRONTEND_MAX_LISTENERS];
+	size_t			 nlisten;
+	struct pending_list	 pending;
+	size_t			 npending;
+	uint64_t		 next_id;
+} fe;
+
+static int	frontend_recv_peer(struct peer *, struct msg *,
+		    struct json_object *);
+static int	frontend_recv_listen(struct peer *, struct msg *,
+		    struct json_object *);
+static int	frontend_recv_ready(struct peer *, struct msg *,
+		    struct json_object *);
+
+static const struct dispatch frontend_dispatch_parent[] = {
+	{ MSG_CONF_TEXT, child_recv_conf_text, 0 },
+	{ MSG_CONF_PEER, frontend_recv_peer, DISPATCH_FD | DISPATCH_ONCE },
+	{ MSG_CONF_LISTEN, frontend_recv_listen, DISPATCH_FD },
+	{ MSG_CONF_DONE, child_recv_done, 0 },
+	{ MSG_START, child_recv_start, 0 },
+	DISPATCH_END
+};
+
+static const struct dispatch frontend_dispatch_controller[] = {
+	{ MSG_READY_REP, frontend_recv_ready, 0 },
+	DISPATCH_END
+};
+
+/* ---- responses ---- */
+
+static void
+reply_json(struct evhttp_request *req, int code, const char *reason,
+    struct json_object *body)
+{
+	struct evbuffer	*buf = evbuffer_new();
+	struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+	const char	*s;
+	size_t		 len;
+
+	s = json_object_to_json_string_length(body, JSON_C_TO_STRING_PLAIN |
+	    JSON_C_TO_STRING_NOSLASHESCAPE, &len);
+	if (buf == NULL || evbuffer_add(buf, s, len) == -1 ||
+	    evbuffer_add(buf, "\n", 1) == -1) {
+		evhttp_send_error(req, 500, NULL);
+		evbuffer_free(buf);
+		return;
+	}
+	evhttp_add_header(h, "Content-Type", "application/json");
+	evhttp_add_header(h, "Cache-Control", "no-store");
+	evhttp_add_header(h, "X-Content-Type-Options", "nosniff");
+	evhttp_send_reply(req, code, reason, buf);
+	evbuffer_free(buf);
+}
+
+static void
+reply_error(struct evhttp_request *req, int code, const char *reason,
+    const char *errcode, const char *message)
+{
+	struct json_object *o = json_object_new_object(), *e;
+
+	e = json_object_new_object();
+	json_object_object_add(e, "code", json_object_new_string(errcode));
+	json_object_object_add(e, "message", json_object_new_string(message));
+	json_object_object_add(o, "error", e);
+	reply_json(req, code, reason, o);
+	json_object_put(o);
+}
+
+/* ---- pending requests ---- */
+
+static void
+pending_free(struct pending *pd)
+{
+	TAILQ_REMOVE(&fe.pending, pd, pd_entry);
+	fe.npending--;
+	event_free(pd->pd_timer);
+	free(pd);
+}
+
+static struct pending *
+pending_find(uint64_t id)
+{
+	struct pending *pd;
+
+	TAILQ_FOREACH(pd, &fe.pending, pd_entry)
+		if (pd->pd_id == id)
+			return pd;
+	return NULL;
+}
+
+static void
+pending_timeout(int fd, short ev, void *arg)
+{
+	struct pending *pd = arg;
+
+	(void)fd;
+	(void)ev;
+	reply_error(pd->pd_req, 504, "Gateway Timeout", "timeout",
+	    "the controller did not answer in time");
+	pending_free(pd);
+}
+
+/* The client went away: its request is freed by evhttp, forget it. */
+static void
+pending_conn_closed(struct evhttp_connection *evcon, void *arg)
+{
+	struct pending *pd, *next;
+
+	(void)arg;
+	TAILQ_FOREACH_SAFE(pd, &fe.pending, pd_entry, next)
+		if (evhttp_request_get_connection(pd->pd_req) == evcon)
+			pending_free(pd);
+}
+
+/* Ask the controller; the answer arrives in a frontend_recv_* handler. */
+static void
+ask_controller(struct evhttp_request *req, uint16_t type,
+    struct json_object *payload, uint64_t timeout_ms)
+{
+	struct timeval	 tv = { timeout_ms / 1000, (timeout_ms % 1000) * 1000 };
+	struct pending	*pd;
+
+	if (!peer_connected(&fe.controller) ||
+	    fe.npending >= FRONTEND_MAX_PENDING) {
+		reply_error(req, 503, "Service Unavailable", "unavailable",
+		    "the broker is not ready; try again shortly");
+		return;
+	}
+	if ((pd = calloc(1, sizeof(*pd))) == NULL ||
+	    (pd->pd_timer = evtimer_new(child_base(), pending_timeout, pd)) ==
+	    NULL) {
+		free(pd);
+		reply_error(req, 500, "Internal Server Error", "internal",
+		    "out of memory");
+		return;
+	}
+	pd->pd_id = ++fe.next_id;
+	pd->pd_req = req;
+	if (peer_send(&fe.controller, type, pd->pd_id, -1, payload) == -1) {
+		event_free(pd->pd_timer);
+		free(pd);
+		reply_error(req, 503, "Service Unavailable", "unavailable",
+		    "the controller is not reachable");
+		return;
+	}
+	TAILQ_INSERT_TAIL(&fe.pending, pd, pd_entry);
+	fe.npending++;
+	evtimer_add(pd->pd_timer, &tv);
+	evhttp_connection_set_closecb(evhttp_request_get_connection(req),
+	    pending_conn_closed, NULL);
+}
+
+/* ---- routes ---- */
+
+static void
+route_healthz(struct evhttp_request *req)
+{
+	struct json_object *o = json_object_new_object();
+
+	json_object_object_add(o, "status", json_object_new_string("ok"));
+	reply_json(req, 200, "OK", o);
+	json_object_put(o);
+}
+
+static void
+route_readyz(struct evhttp_request *req)
+{
+	ask_controller(req, MSG_READY_REQ, NULL, READY_TIMEOUT_MS);
+}
+
+struct route {
+	const char	*rt_path;
+	int		 rt_methods;	/* evhttp_cmd_type bits */
+	void		(*rt_fn)(struct evhttp_request *);
+};
+
+static const struct route routes[] = {
+	{ "/healthz", EVHTTP_REQ_GET | EVHTTP_REQ_HEAD, route_healthz },
+	{ "/readyz", EVHTTP_REQ_GET | EVHTTP_REQ_HEAD, route_readyz },
+	{ NULL, 0, NULL }
+};
+
+static void
+frontend_request(struct evhttp_request *req, void *arg)
+{
+	const struct route	*rt;
+	const char		*path;
+	struct evhttp_uri	*uri;
+
+	(void)arg;
+	uri = evhttp_uri_parse_with_flags(evhttp_request_get_uri(req), 0);
+	if (uri == NULL || (path = evhttp_uri_get_path(uri)) == NULL) {
+		evhttp_uri_free(uri);
+		reply_error(req, 400, "Bad Request", "bad_request",
+		    "the request URI could not be parsed");
+		return;
+	}
+	for (rt = routes; rt->rt_path != NULL; rt++)
+		if (strcmp(rt->rt_path, path) == 0)
+			break;
+	evhttp_uri_free(uri);
+	if (rt->rt_path == NULL) {
+		reply_error(req, 404, "Not Found", "not_found",
+		    "no such endpoint");
+		return;
+	}
+	if ((evhttp_request_get_command(req) & rt->rt_methods) == 0) {
+		evhttp_add_header(evhttp_request_get_output_headers(req),
+		    "Allow", "GET, HEAD");
+		reply_error(req, 405, "Method Not Allowed",
+		    "method_not_allowed", "this endpoint does not accept that "
+		    "method");
+		return;
+	}
+	rt->rt_fn(req);
+}
+
+/* ---- controller answers ---- */
+
+static int
+frontend_recv_ready(struct peer *p, struct msg *m, struct json_object *o)
+{
+	struct pending		*pd;
+	struct json_object	*servers, *reply;
+	int			 ready;
+
+	(void)p;
+	if (json_get_bool(o, "ready", 0, &ready) == -1 ||
+	    !json_object_object_get_ex(o, "servers", &servers) ||
+	    !json_object_is_type(servers, json_type_array))
+		return -1;
+	if ((pd = pending_find(m->m_hdr.mh_id)) == NULL)
+		return 0;	/* timed out or client gone */
+	reply = json_object_new_object();
+	json_object_object_add(reply, "status", json_object_new_string(ready ?
+	    "ready" : "not ready"));
+	json_object_object_add(reply, "servers", json_object_get(servers));
+	if (ready)
+		reply_json(pd->pd_req, 200, "OK", reply);
+	else
+		reply_json(pd->pd_req, 503, "Service Unavailable", reply);
+	json_object_put(reply);
+	pending_free(pd);
+	return 0;
+}
+
+static void
+frontend_controller_lost(struct peer *p, const char *why)
+{
+	(void)p;
+	/* Without the controller there is nothing to serve: fail closed. */
+	log_warnx("lost the controller (%s), exiting", why);
+	child_shutdown();
+}
+
+/* ---- from the parent ---- */
+
+static int
+frontend_recv_peer(struct peer *p, struct msg *m, struct json_object *o)
+{
+	const char *peer;
+
+	(void)p;
+	if (json_get_str(o, "peer", 16, 0, &peer) == -1 ||
+	    strcmp(peer, "controller") != 0) {
+		close(m->m_fd);
+		return -1;
+	}
+	peer_init(&fe.controller, PROC_CONTROLLER, "controller",
+	    frontend_dispatch_controller, frontend_controller_lost, NULL);
+	if (peer_attach(&fe.controller, child_base(), m->m_fd) == -1)
+		fatalx("channel to the controller");
+	return 0;
+}
+
+static int
+frontend_recv_listen(struct peer *p, struct msg *m, struct json_object *o)
+{
+	(void)p;
+	(void)o;
+	if (fe.nlisten == FRONTEND_MAX_LISTENERS) {
+		close(m->m_fd);
+		return -1;
+	}
+	fe.listen_fds[fe.nlisten++] = m->m_fd;
+	return 0;
+}
+
+static void
+apply_limits(const struct limits_conf *lm)
+{
+	struct timeval tv;
+
+	tv.tv_sec = lm->lm_header_timeout_ms / 1000;
+	tv.tv_usec = (lm->lm_header_timeout_ms % 1000) * 1000;
+	evhttp_set_max_body_size(fe.http, lm->lm_max_body);
+	evhttp_set_max_headers_size(fe.http, FRONTEND_MAX_HEADERS);
+	evhttp_set_timeout_tv(fe.http, &tv);
+}
+
+static int
+frontend_configure(struct mcpbroker_conf *conf, int reload)
+{
+	(void)reload;
+	if (fe.http == NULL) {
+		if ((fe.http = evhttp_new(child_base())) == NULL)
+			fatalx("evhttp_new");
+		evhttp_set_allowed_methods(fe.http, EVHTTP_REQ_GET |
+		    EVHTTP_REQ_HEAD | EVHTTP_REQ_POST | EVHTTP_REQ_PUT |
+		    EVHTTP_REQ_DELETE | EVHTTP_REQ_PATCH | EVHTTP_REQ_OPTIONS);
+		evhttp_set_gencb(fe.http, frontend_request, NULL);
+	}
+	apply_limits(&conf->c_limits);
+	config_free(fe.conf);
+	fe.conf = conf;
+	return 0;
+}
+
+static void
+frontend_start(void)
+{
+	size_t i;
+
+	for (i = 0; i < fe.nlisten; i++)
+		if (evhttp_accept_socket_with_handle(fe.http,
+		    fe.listen_fds[i]) == NULL)
+			fatalx("cannot accept on listener %zu", i);
+	log_info("serving HTTP on %zu listener(s)", fe.nlisten);
+}
+
+int
+frontend_main(void)
+{
+	static const struct child_hooks hooks = {
+		frontend_configure, frontend_start
+	};
+
+	TAILQ_INIT(&fe.pending);
+	return child_main(PROC_FRONTEND, "frontend", frontend_dispatch_parent,
+	    &hooks);
+}

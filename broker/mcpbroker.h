@@ -1,0 +1,55 @@
+/*
+ * What the mcpbroker processes share: their entry points and the child
+ * bootstrap (broker/child.c) that receives configuration, applies the
+ * sandbox and starts the process once the parent says so.
+ */
+#ifndef MCPBROKER_MCPBROKER_H
+#define MCPBROKER_MCPBROKER_H
+
+#include "broker/config.h"
+#include "common/proc.h"
+
+struct event_base;
+
+struct opts {
+	const char	*o_conffile;
+	char	       **o_defines;	/* -D name=value */
+	int		 o_foreground;	/* -d */
+	int		 o_verbose;	/* -v */
+	int		 o_check;	/* -n */
+	const char	*o_self;	/* our executable, for re-exec */
+};
+
+int	parent_main(struct opts *);
+int	frontend_main(void);
+int	controller_main(void);
+int	worker_main(const char *server);
+
+/*
+ * The child side of configuration.  A process hands child_main its dispatch
+ * table for parent messages (built from the child_recv_* handlers plus its
+ * own) and two hooks: configure takes the new configuration (returns -1 to
+ * keep the old one), start runs once after the sandbox is in place.
+ */
+struct child_hooks {
+	int	(*ch_configure)(struct mcpbroker_conf *, int reload);
+	void	(*ch_start)(void);
+};
+
+int			 child_main(enum proc_kind, const char *name,
+			    const struct dispatch *parent_table,
+			    const struct child_hooks *);
+struct event_base	*child_base(void);
+struct peer		*child_parent(void);
+/* Log "name: state" changes and stop the loop on SIGTERM. */
+void			 child_shutdown(void);
+
+int	child_recv_conf_text(struct peer *, struct msg *, struct json_object *);
+int	child_recv_secret(struct peer *, struct msg *, struct json_object *);
+int	child_recv_done(struct peer *, struct msg *, struct json_object *);
+int	child_recv_start(struct peer *, struct msg *, struct json_object *);
+
+#define CONF_TEXT_MAX	(4u * 1024 * 1024)
+#define NAME_MAX_LEN	64
+
+#endif

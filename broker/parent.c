@@ -1,0 +1,898 @@
+/*
+ * The parent: the only process that keeps privileges.  It parses the
+ * configuration, reads secrets, binds the listeners and the control socket,
+ * spawns the children, hands each the part of the configuration and the
+ * descriptors it needs, and supervises them.  A worker that dies is
+ * restarted with backoff; a dead frontend or controller stops everything
+ * (fail closed: the service manager restarts the whole daemon).
+ */
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+#include <json-c/json.h>
+
+#include "broker/parent.h"
+#include "common/log.h"
+#include "common/sandbox.h"
+#include "common/util.h"
+
+#define SHUTDOWN_GRACE_MS	5000
+#define MAX_LISTENERS		32
+
+struct listener {
+	int	 l_fd;
+	char	 l_addr[64];
+	int	 l_port;
+	int	 l_tls;
+};
+
+static struct {
+	struct opts		*opts;
+	struct event_base	*base;
+	struct mcpbroker_conf	*conf;
+	uid_t			 uid;
+	gid_t			 gid;
+	struct child_list	 children;
+	struct listener		 listeners[MAX_LISTENERS];
+	size_t			 nlisteners;
+	int			 control_fd;
+	int			 shutting_down;
+	int			 exit_code;
+	struct event		*shutdown_timer;
+	struct event		*sig_term, *sig_int, *sig_hup, *sig_chld;
+} parent;
+
+static int	parent_recv_ack(struct peer *, struct msg *, struct json_object *);
+static int	parent_recv_log(struct peer *, struct msg *, struct json_object *);
+static void	parent_child_lost(struct peer *, const char *);
+static void	parent_spawn(struct child_proc *);
+static void	parent_shutdown(int);
+
+/* What the parent accepts from any child. */
+static const struct dispatch parent_dispatch_child[] = {
+	{ MSG_CONF_ACK, parent_recv_ack, 0 },
+	{ MSG_LOG, parent_recv_log, 0 },
+	DISPATCH_END
+};
+
+static const char *const child_states[] = {
+	[CS_STARTING] = "starting",
+	[CS_RUNNING] = "running",
+	[CS_BACKOFF] = "restarting",
+	[CS_STOPPING] = "stopping",
+};
+
+const char *
+child_state_str(enum child_state s)
+{
+	return child_states[s];
+}
+
+struct child_list *
+parent_children(void)
+{
+	return &parent.children;
+}
+
+static struct child_proc *
+child_find(enum proc_kind kind, const char *name)
+{
+	struct child_proc *cp;
+
+	TAILQ_FOREACH(cp, &parent.children, cp_entry)
+		if (cp->cp_kind == kind &&
+		    (name == NULL || strcmp(cp->cp_name, name) == 0))
+			return cp;
+	return NULL;
+}
+
+static struct child_proc *
+child_new(enum proc_kind kind, const char *name)
+{
+	struct child_proc	*cp;
+	char			 pname[NAME_MAX_LEN + 8];
+
+	if ((cp = calloc(1, sizeof(*cp))) == NULL)
+		fatal("calloc");
+	cp->cp_kind = kind;
+	snprintf(cp->cp_name, sizeof(cp->cp_name), "%s", name);
+	if (kind == PROC_WORKER)
+		snprintf(pname, sizeof(pname), "worker %s", name);
+	else
+		snprintf(pname, sizeof(pname), "%s", name);
+	peer_init(&cp->cp_peer, kind, pname, parent_dispatch_child,
+	    parent_child_lost, cp);
+	TAILQ_INSERT_TAIL(&parent.children, cp, cp_entry);
+	return cp;
+}
+
+static void
+child_free(struct child_proc *cp)
+{
+	TAILQ_REMOVE(&parent.children, cp, cp_entry);
+	peer_detach(&cp->cp_peer);
+	if (cp->cp_timer != NULL)
+		event_free(cp->cp_timer);
+	free(cp);
+}
+
+/* ---- configuration to children ---- */
+
+static char *
+conf_text(const char *only_server)
+{
+	char	*buf = NULL;
+	size_t	 len = 0;
+	FILE	*f;
+
+	if ((f = open_memstream(&buf, &len)) == NULL)
+		fatal("open_memstream");
+	config_print(f, parent.conf, only_server);
+	if (fclose(f) != 0)
+		fatal("config_print");
+	return buf;
+}
+
+static void
+send_json(struct child_proc *cp, uint16_t type, int fd, struct json_object *o)
+{
+	(void)peer_send(&cp->cp_peer, type, 0, fd, o);
+	json_object_put(o);
+}
+
+static void
+send_secret(struct child_proc *cp, const char *kind, const char *name,
+    const struct secret_ref *ref)
+{
+	struct json_object *o;
+
+	if (ref->sr_kind == SECRET_NONE || ref->sr_value == NULL)
+		return;
+	o = json_object_new_object();
+	json_object_object_add(o, "kind", json_object_new_string(kind));
+	json_object_object_add(o, "name", json_object_new_string(name));
+	json_object_object_add(o, "value", json_object_new_string(
+	    ref->sr_value));
+	send_json(cp, MSG_CONF_SECRET, -1, o);
+}
+
+/* Each child gets the secrets of its own job only. */
+static void
+send_secrets(struct child_proc *cp)
+{
+	struct provider_conf	*pv;
+	struct server_conf	*srv;
+
+	if (cp->cp_kind == PROC_CONTROLLER)
+		TAILQ_FOREACH(pv, &parent.conf->c_providers, pv_entry)
+			send_secret(cp, "provider", pv->pv_name,
+			    &pv->pv_api_key);
+	else if (cp->cp_kind == PROC_WORKER &&
+	    (srv = config_find_server(parent.conf, cp->cp_name)) != NULL)
+		send_secret(cp, "server", srv->srv_name, &srv->srv_bearer);
+}
+
+static void
+send_config(struct child_proc *cp)
+{
+	struct json_object	*o;
+	char			*text;
+
+	text = conf_text(cp->cp_kind == PROC_WORKER ? cp->cp_name : NULL);
+	o = json_object_new_object();
+	json_object_object_add(o, "text", json_object_new_string(text));
+	send_json(cp, MSG_CONF_TEXT, -1, o);
+	free(text);
+	send_secrets(cp);
+}
+
+static void
+send_done(struct child_proc *cp, int reload)
+{
+	struct json_object *o = json_object_new_object();
+
+	json_object_object_add(o, "uid", json_object_new_int64(parent.uid));
+	json_object_object_add(o, "gid", json_object_new_int64(parent.gid));
+	json_object_object_add(o, "reload", json_object_new_boolean(reload));
+	send_json(cp, MSG_CONF_DONE, -1, o);
+}
+
+static void
+send_peer(struct child_proc *to, const char *peer, const char *name, int fd)
+{
+	struct json_object *o = json_object_new_object();
+
+	json_object_object_add(o, "peer", json_object_new_string(peer));
+	if (name != NULL)
+		json_object_object_add(o, "name", json_object_new_string(name));
+	send_json(to, MSG_CONF_PEER, fd, o);
+}
+
+static void
+make_pair(int sv[2])
+{
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0,
+	    sv) == -1)
+		fatal("socketpair");
+}
+
+/* A fresh channel between the controller and one worker. */
+static void
+connect_worker(struct child_proc *worker)
+{
+	struct child_proc	*ctl = child_find(PROC_CONTROLLER, NULL);
+	int			 sv[2];
+
+	make_pair(sv);
+	send_peer(ctl, "worker", worker->cp_name, sv[0]);
+	send_peer(worker, "controller", NULL, sv[1]);
+}
+
+static void
+send_listeners(struct child_proc *fe)
+{
+	struct json_object	*o;
+	size_t			 i;
+	int			 fd;
+
+	for (i = 0; i < parent.nlisteners; i++) {
+		if ((fd = fcntl(parent.listeners[i].l_fd, F_DUPFD_CLOEXEC, 0))
+		    == -1)
+			fatal("dup listener");
+		o = json_object_new_object();
+		json_object_object_add(o, "addr",
+		    json_object_new_string(parent.listeners[i].l_addr));
+		json_object_object_add(o, "port",
+		    json_object_new_int(parent.listeners[i].l_port));
+		json_object_object_add(o, "tls",
+		    json_object_new_boolean(parent.listeners[i].l_tls));
+		send_json(fe, MSG_CONF_LISTEN, fd, o);
+	}
+}
+
+/* ---- messages from children ---- */
+
+static int
+parent_recv_ack(struct peer *p, struct msg *m, struct json_object *o)
+{
+	struct child_proc *cp = p->p_arg;
+
+	(void)m;
+	(void)o;
+	if (cp->cp_state == CS_STARTING) {
+		cp->cp_state = CS_RUNNING;
+		log_info("%s ready (pid %d)", p->p_name, (int)cp->cp_pid);
+	}
+	return peer_send(p, MSG_START, 0, -1, NULL);
+}
+
+/*
+ * A child's log line.  The child may be compromised: the line must start
+ * with the child's own name, and control characters are defanged so it
+ * cannot forge further lines.
+ */
+static int
+parent_recv_log(struct peer *p, struct msg *m, struct json_object *o)
+{
+	const char	*line;
+	char		 buf[LOG_LINE_MAX], *c;
+	int64_t		 pri;
+
+	(void)m;
+	if (json_get_int(o, "priority", 0, LOG_DEBUG, 0, &pri) == -1 ||
+	    json_get_str(o, "line", LOG_LINE_MAX, 0, &line) == -1)
+		return -1;
+	snprintf(buf, sizeof(buf), "%s", line);
+	for (c = buf; *c != '\0'; c++)
+		if ((unsigned char)*c < 0x20 || *c == 0x7f)
+			*c = '?';
+	if (strncmp(buf, p->p_name, strlen(p->p_name)) != 0) {
+		log_line((int)pri, buf);	/* still keep it, marked */
+		log_warnx("log line from %s without its name", p->p_name);
+		return 0;
+	}
+	log_line((int)pri, buf);
+	return 0;
+}
+
+/* The channel broke or the child misbehaved: it cannot be trusted now. */
+static void
+parent_child_lost(struct peer *p, const char *why)
+{
+	struct child_proc *cp = p->p_arg;
+
+	if (cp->cp_pid > 0 && !parent.shutting_down) {
+		log_debug("%s: channel lost (%s), killing pid %d", p->p_name,
+		    why, (int)cp->cp_pid);
+		kill(cp->cp_pid, SIGKILL);
+	}
+}
+
+/* ---- supervision ---- */
+
+static void
+parent_spawn(struct child_proc *cp)
+{
+	int sv[2];
+
+	make_pair(sv);
+	cp->cp_pid = proc_spawn(parent.opts->o_self, cp->cp_kind,
+	    cp->cp_kind == PROC_WORKER ? cp->cp_name : NULL, sv[1],
+	    parent.opts->o_foreground, parent.opts->o_verbose);
+	close(sv[1]);
+	if (cp->cp_pid == -1) {
+		close(sv[0]);
+		cp->cp_pid = 0;
+		if (cp->cp_kind != PROC_WORKER)
+			fatalx("cannot start %s", cp->cp_name);
+		return;
+	}
+	cp->cp_state = CS_STARTING;
+	cp->cp_started_ms = monotonic_ms();
+	if (peer_attach(&cp->cp_peer, parent.base, sv[0]) == -1)
+		fatalx("channel to %s", cp->cp_name);
+	send_config(cp);
+	if (cp->cp_kind == PROC_WORKER) {
+		connect_worker(cp);
+		send_done(cp, 0);
+	}
+	log_debug("spawned %s (pid %d)", cp->cp_peer.p_name, (int)cp->cp_pid);
+}
+
+static void
+restart_timer_cb(int fd, short ev, void *arg)
+{
+	struct child_proc *cp = arg;
+
+	(void)fd;
+	(void)ev;
+	if (parent.shutting_down || cp->cp_state != CS_BACKOFF)
+		return;
+	cp->cp_restarts++;
+	log_info("restarting worker %s (restart %u)", cp->cp_name,
+	    cp->cp_restarts);
+	parent_spawn(cp);
+}
+
+static void
+describe_status(int status, char *buf, size_t len)
+{
+	if (WIFEXITED(status))
+		snprintf(buf, len, "exited with status %d",
+		    WEXITSTATUS(status));
+	else if (WIFSIGNALED(status))
+		snprintf(buf, len, "killed by signal %d (%s)", WTERMSIG(status),
+		    strsignal(WTERMSIG(status)));
+	else
+		snprintf(buf, len, "stopped (status %#x)", status);
+}
+
+static void
+tell_controller_down(struct child_proc *worker)
+{
+	struct child_proc	*ctl = child_find(PROC_CONTROLLER, NULL);
+	struct json_object	*o;
+
+	if (ctl == NULL || !peer_connected(&ctl->cp_peer))
+		return;
+	o = json_object_new_object();
+	json_object_object_add(o, "name",
+	    json_object_new_string(worker->cp_name));
+	json_object_object_add(o, "status",
+	    json_object_new_string(worker->cp_last_exit));
+	json_object_object_add(o, "restarts",
+	    json_object_new_int(worker->cp_restarts));
+	send_json(ctl, MSG_WORKER_DOWN, -1, o);
+}
+
+static void
+worker_exited(struct child_proc *cp)
+{
+	struct timeval	tv;
+	uint64_t	delay;
+
+	if (cp->cp_retired) {
+		log_info("worker %s stopped", cp->cp_name);
+		child_free(cp);
+		return;
+	}
+	tell_controller_down(cp);
+	if (cp->cp_respawn_now) {
+		cp->cp_respawn_now = 0;
+		parent_spawn(cp);
+		return;
+	}
+	if (monotonic_ms() - cp->cp_started_ms >= BACKOFF_STABLE_MS)
+		cp->cp_attempt = 0;
+	delay = backoff_delay_ms(cp->cp_attempt++);
+	log_warnx("worker %s (pid %d) %s; restarting in %llu ms", cp->cp_name,
+	    (int)cp->cp_pid, cp->cp_last_exit, (unsigned long long)delay);
+	cp->cp_pid = 0;
+	cp->cp_state = CS_BACKOFF;
+	if (cp->cp_timer == NULL &&
+	    (cp->cp_timer = evtimer_new(parent.base, restart_timer_cb, cp)) ==
+	    NULL)
+		fatalx("evtimer_new");
+	tv.tv_sec = delay / 1000;
+	tv.tv_usec = (delay % 1000) * 1000;
+	evtimer_add(cp->cp_timer, &tv);
+}
+
+static void
+child_exited(struct child_proc *cp, int status)
+{
+	describe_status(status, cp->cp_last_exit, sizeof(cp->cp_last_exit));
+	peer_detach(&cp->cp_peer);
+	if (parent.shutting_down) {
+		log_debug("%s (pid %d) %s", cp->cp_peer.p_name,
+		    (int)cp->cp_pid, cp->cp_last_exit);
+		cp->cp_pid = 0;
+		return;
+	}
+	if (cp->cp_kind == PROC_WORKER) {
+		worker_exited(cp);
+		return;
+	}
+	log_warnx("%s (pid %d) %s; shutting down", cp->cp_name,
+	    (int)cp->cp_pid, cp->cp_last_exit);
+	cp->cp_pid = 0;
+	parent_shutdown(1);
+}
+
+static int
+children_alive(void)
+{
+	struct child_proc	*cp;
+	int			 n = 0;
+
+	TAILQ_FOREACH(cp, &parent.children, cp_entry)
+		if (cp->cp_pid > 0)
+			n++;
+	return n;
+}
+
+static void
+sigchld_cb(int sig, short ev, void *arg)
+{
+	struct child_proc	*cp, *next;
+	pid_t			 pid;
+	int			 status;
+
+	(void)sig;
+	(void)ev;
+	(void)arg;
+	while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+		TAILQ_FOREACH_SAFE(cp, &parent.children, cp_entry, next)
+			if (cp->cp_pid == pid) {
+				child_exited(cp, status);
+				break;
+			}
+	}
+	if (parent.shutting_down && children_alive() == 0)
+		event_base_loopexit(parent.base, NULL);
+}
+
+static void
+shutdown_timer_cb(int fd, short ev, void *arg)
+{
+	struct child_proc *cp;
+
+	(void)fd;
+	(void)ev;
+	(void)arg;
+	TAILQ_FOREACH(cp, &parent.children, cp_entry)
+		if (cp->cp_pid > 0) {
+			log_warnx("%s (pid %d) did not exit, killing",
+			    cp->cp_peer.p_name, (int)cp->cp_pid);
+			kill(cp->cp_pid, SIGKILL);
+		}
+}
+
+static void
+parent_shutdown(int code)
+{
+	struct timeval		 tv = { SHUTDOWN_GRACE_MS / 1000, 0 };
+	struct child_proc	*cp;
+
+	if (code > parent.exit_code)
+		parent.exit_code = code;
+	if (parent.shutting_down)
+		return;
+	parent.shutting_down = 1;
+	log_info("shutting down");
+	control_stop();
+	TAILQ_FOREACH(cp, &parent.children, cp_entry) {
+		if (cp->cp_timer != NULL)
+			evtimer_del(cp->cp_timer);
+		if (cp->cp_pid > 0) {
+			cp->cp_state = CS_STOPPING;
+			kill(cp->cp_pid, SIGTERM);
+		}
+	}
+	if (children_alive() == 0) {
+		event_base_loopexit(parent.base, NULL);
+		return;
+	}
+	parent.shutdown_timer = evtimer_new(parent.base, shutdown_timer_cb,
+	    NULL);
+	evtimer_add(parent.shutdown_timer, &tv);
+}
+
+/* ---- reload ---- */
+
+static int
+same_text(struct mcpbroker_conf *a, struct mcpbroker_conf *b,
+    const char *server)
+{
+	struct mcpbroker_conf	*saved = parent.conf;
+	char			*ta, *tb;
+	int			 same;
+
+	parent.conf = a;
+	ta = conf_text(server);
+	parent.conf = b;
+	tb = conf_text(server);
+	parent.conf = saved;
+	same = strcmp(ta, tb) == 0;
+	free(ta);
+	free(tb);
+	return same;
+}
+
+/* What a running daemon cannot change without a restart. */
+static const char *
+reload_blocked(const struct mcpbroker_conf *old,
+    const struct mcpbroker_conf *new)
+{
+	const struct listen_conf *a, *b;
+
+	if (strcmp(old->c_user, new->c_user) != 0)
+		return "\"user\" changed";
+	if (strcmp(old->c_state_dir, new->c_state_dir) != 0)
+		return "\"state-dir\" changed";
+	if (strcmp(old->c_control_path, new->c_control_path) != 0)
+		return "\"control socket\" changed";
+	for (a = TAILQ_FIRST(&old->c_listens), b = TAILQ_FIRST(&new->c_listens);
+	    a != NULL && b != NULL; a = TAILQ_NEXT(a, ls_entry),
+	    b = TAILQ_NEXT(b, ls_entry))
+		if (strcmp(a->ls_addr, b->ls_addr) != 0 ||
+		    a->ls_port != b->ls_port || a->ls_tls != b->ls_tls)
+			break;
+	if (a != NULL || b != NULL)
+		return "\"listen\" statements changed";
+	return NULL;
+}
+
+static void
+log_errors(char *errs)
+{
+	char *line, *save;
+
+	for (line = strtok_r(errs, "\n", &save); line != NULL;
+	    line = strtok_r(NULL, "\n", &save))
+		log_warnx("%s", line);
+}
+
+static struct mcpbroker_conf *
+load_config(FILE *errs)
+{
+	struct mcpbroker_conf *conf;
+
+	conf = config_parse_file(parent.opts->o_conffile,
+	    parent.opts->o_defines, errs);
+	if (conf != NULL && config_load_secrets(conf, errs) == -1) {
+		config_free(conf);
+		conf = NULL;
+	}
+	if (conf != NULL && TAILQ_EMPTY(&conf->c_listens)) {
+		fprintf(errs, "%s: no \"listen on\" statement\n",
+		    parent.opts->o_conffile);
+		config_free(conf);
+		conf = NULL;
+	}
+	return conf;
+}
+
+/* Workers follow the new server list: retire, restart or add. */
+static void
+reload_workers(struct mcpbroker_conf *old)
+{
+	struct child_proc	*cp, *next;
+	struct server_conf	*srv;
+
+	TAILQ_FOREACH_SAFE(cp, &parent.children, cp_entry, next) {
+		if (cp->cp_kind != PROC_WORKER)
+			continue;
+		if (config_find_server(parent.conf, cp->cp_name) == NULL)
+			cp->cp_retired = 1;
+		else if (!same_text(old, parent.conf, cp->cp_name))
+			cp->cp_respawn_now = 1;
+		else
+			continue;
+		if (cp->cp_pid > 0) {
+			cp->cp_state = CS_STOPPING;
+			kill(cp->cp_pid, SIGTERM);
+		} else if (cp->cp_retired)
+			child_free(cp);
+		else {
+			cp->cp_respawn_now = 0;
+			parent_spawn(cp);
+		}
+	}
+	TAILQ_FOREACH(srv, &parent.conf->c_servers, srv_entry)
+		if (child_find(PROC_WORKER, srv->srv_name) == NULL)
+			parent_spawn(child_new(PROC_WORKER, srv->srv_name));
+}
+
+const char *
+parent_reload(void)
+{
+	static char		 why[256];
+	struct mcpbroker_conf	*conf, *old;
+	struct child_proc	*cp;
+	const char		*blocked;
+	char			*errs = NULL;
+	size_t			 errslen = 0;
+	FILE			*f;
+
+	log_info("reloading configuration from %s", parent.opts->o_conffile);
+	if ((f = open_memstream(&errs, &errslen)) == NULL)
+		fatal("open_memstream");
+	conf = load_config(f);
+	fclose(f);
+	if (conf == NULL) {
+		snprintf(why, sizeof(why), "%s", errs);
+		why[strcspn(why, "\n")] = '\0';
+		log_errors(errs);
+		free(errs);
+		log_warnx("reload failed; keeping the running configuration");
+		return why;
+	}
+	free(errs);
+	if ((blocked = reload_blocked(parent.conf, conf)) != NULL) {
+		snprintf(why, sizeof(why), "%s: restart mcpbroker to apply it",
+		    blocked);
+		log_warnx("reload rejected: %s", why);
+		config_free(conf);
+		return why;
+	}
+	old = parent.conf;
+	parent.conf = conf;
+	TAILQ_FOREACH(cp, &parent.children, cp_entry)
+		if (cp->cp_kind != PROC_WORKER && cp->cp_pid > 0) {
+			send_config(cp);
+			send_done(cp, 1);
+		}
+	reload_workers(old);
+	config_free(old);
+	log_info("configuration reloaded");
+	return NULL;
+}
+
+/* ---- start-up ---- */
+
+static void
+signal_cb(int sig, short ev, void *arg)
+{
+	(void)ev;
+	(void)arg;
+	if (sig == SIGHUP) {
+		(void)parent_reload();
+		return;
+	}
+	log_info("received signal %d", sig);
+	parent_shutdown(0);
+}
+
+static int
+bind_one(const struct listen_conf *ls, struct listener *l)
+{
+	struct addrinfo	 hints, *res = NULL;
+	char		 port[8];
+	int		 fd = -1, on = 1, rc;
+
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+	snprintf(port, sizeof(port), "%u", ls->ls_port);
+	if ((rc = getaddrinfo(ls->ls_addr, port, &hints, &res)) != 0) {
+		log_warnx("listen on %s port %s: %s", ls->ls_addr, port,
+		    gai_strerror(rc));
+		return -1;
+	}
+	if ((fd = socket(res->ai_family, res->ai_socktype | SOCK_CLOEXEC |
+	    SOCK_NONBLOCK, 0)) == -1 ||
+	    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on)) == -1 ||
+	    (res->ai_family == AF_INET6 && setsockopt(fd, IPPROTO_IPV6,
+	    IPV6_V6ONLY, &on, sizeof(on)) == -1) ||
+	    bind(fd, res->ai_addr, res->ai_addrlen) == -1 ||
+	    listen(fd, 512) == -1) {
+		log_warn("listen on %s port %s", ls->ls_addr, port);
+		if (fd != -1)
+			close(fd);
+		freeaddrinfo(res);
+		return -1;
+	}
+	freeaddrinfo(res);
+	l->l_fd = fd;
+	snprintf(l->l_addr, sizeof(l->l_addr), "%s", ls->ls_addr);
+	l->l_port = ls->ls_port;
+	l->l_tls = ls->ls_tls;
+	return 0;
+}
+
+static int
+bind_listeners(void)
+{
+	struct listen_conf *ls;
+
+	TAILQ_FOREACH(ls, &parent.conf->c_listens, ls_entry) {
+		if (parent.nlisteners == MAX_LISTENERS) {
+			log_warnx("too many listen statements (max %d)",
+			    MAX_LISTENERS);
+			return -1;
+		}
+		if (bind_one(ls, &parent.listeners[parent.nlisteners]) == -1)
+			return -1;
+		parent.nlisteners++;
+	}
+	return 0;
+}
+
+static int
+resolve_user(void)
+{
+	struct passwd *pw;
+
+	if (geteuid() != 0) {
+		/* Unprivileged: children keep our uid, still sandboxed. */
+		parent.uid = getuid();
+		parent.gid = getgid();
+		return 0;
+	}
+	if ((pw = getpwnam(parent.conf->c_user)) == NULL) {
+		log_warnx("user \"%s\" does not exist; create it or change "
+		    "\"user\" in %s", parent.conf->c_user,
+		    parent.opts->o_conffile);
+		return -1;
+	}
+	if (pw->pw_uid == 0) {
+		log_warnx("user \"%s\" is root; children must not run as root",
+		    parent.conf->c_user);
+		return -1;
+	}
+	parent.uid = pw->pw_uid;
+	parent.gid = pw->pw_gid;
+	return 0;
+}
+
+/* The state directory belongs to the children's user, and only to it. */
+static int
+prepare_state_dir(void)
+{
+	const char	*dir = parent.conf->c_state_dir;
+	struct stat	 st;
+
+	if (mkdir(dir, 0750) == -1 && errno != EEXIST) {
+		log_warn("state-dir \"%s\"", dir);
+		return -1;
+	}
+	if (stat(dir, &st) == -1 || !S_ISDIR(st.st_mode)) {
+		log_warnx("state-dir \"%s\" is not a directory", dir);
+		return -1;
+	}
+	if (geteuid() == 0 && (st.st_uid != parent.uid ||
+	    st.st_gid != parent.gid) && chown(dir, parent.uid, parent.gid) ==
+	    -1) {
+		log_warn("chown state-dir \"%s\"", dir);
+		return -1;
+	}
+	return 0;
+}
+
+static void
+start_children(void)
+{
+	struct server_conf	*srv;
+	struct child_proc	*ctl, *fe, *cp;
+	int			 sv[2];
+
+	ctl = child_new(PROC_CONTROLLER, "controller");
+	fe = child_new(PROC_FRONTEND, "frontend");
+	parent_spawn(ctl);
+	parent_spawn(fe);
+	make_pair(sv);
+	send_peer(fe, "controller", NULL, sv[0]);
+	send_peer(ctl, "frontend", NULL, sv[1]);
+	send_listeners(fe);
+	TAILQ_FOREACH(srv, &parent.conf->c_servers, srv_entry)
+		parent_spawn(child_new(PROC_WORKER, srv->srv_name));
+	TAILQ_FOREACH(cp, &parent.children, cp_entry)
+		if (cp->cp_kind != PROC_WORKER)
+			send_done(cp, 0);
+}
+
+static void
+add_signal(struct event **ev, int sig, event_callback_fn cb)
+{
+	if ((*ev = evsignal_new(parent.base, sig, cb, NULL)) == NULL ||
+	    evsignal_add(*ev, NULL) == -1)
+		fatalx("signal %d", sig);
+}
+
+static void
+parent_cleanup(void)
+{
+	struct child_proc	*cp;
+	size_t			 i;
+
+	while ((cp = TAILQ_FIRST(&parent.children)) != NULL)
+		child_free(cp);
+	for (i = 0; i < parent.nlisteners; i++)
+		close(parent.listeners[i].l_fd);
+	if (parent.control_fd != -1)
+		unlink(parent.conf->c_control_path);
+	event_free(parent.sig_term);
+	event_free(parent.sig_int);
+	event_free(parent.sig_hup);
+	event_free(parent.sig_chld);
+	if (parent.shutdown_timer != NULL)
+		event_free(parent.shutdown_timer);
+	event_base_free(parent.base);
+	config_free(parent.conf);
+}
+
+int
+parent_main(struct opts *o)
+{
+	parent.opts = o;
+	parent.control_fd = -1;
+	TAILQ_INIT(&parent.children);
+	log_procinit("parent");
+	sandbox_early();
+	if ((parent.conf = load_config(stderr)) == NULL)
+		return 1;
+	if (o->o_check) {
+		if (o->o_verbose)
+			config_print(stdout, parent.conf, NULL);
+		fprintf(stderr, "configuration OK\n");
+		config_free(parent.conf);
+		return 0;
+	}
+	if (resolve_user() == -1 || prepare_state_dir() == -1 ||
+	    bind_listeners() == -1 ||
+	    (parent.control_fd = control_listen(parent.conf->c_control_path))
+	    == -1)
+		return 1;
+	if (!o->o_foreground && daemon(0, 0) == -1)
+		fatal("daemon");
+	signal(SIGPIPE, SIG_IGN);
+	if ((parent.base = event_base_new()) == NULL)
+		fatalx("event_base_new");
+	add_signal(&parent.sig_term, SIGTERM, signal_cb);
+	add_signal(&parent.sig_int, SIGINT, signal_cb);
+	add_signal(&parent.sig_hup, SIGHUP, signal_cb);
+	add_signal(&parent.sig_chld, SIGCHLD, sigchld_cb);
+	control_start(parent.base, parent.control_fd);
+	start_children();
+	log_info("started, pid %d", (int)getpid());
+	event_base_dispatch(parent.base);
+	log_info("exiting with status %d", parent.exit_code);
+	parent_cleanup();
+	return parent.exit_code;
+}

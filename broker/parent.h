@@ -1,0 +1,44 @@
+/* Shared between parent.c and parent_control.c only. */
+#ifndef MCPBROKER_PARENT_H
+#define MCPBROKER_PARENT_H
+
+#include <sys/queue.h>
+#include <sys/types.h>
+#include <stdint.h>
+
+#include "broker/mcpbroker.h"
+
+enum child_state {
+	CS_STARTING,		/* spawned, configuration not yet acked */
+	CS_RUNNING,
+	CS_BACKOFF,		/* exited, restart scheduled */
+	CS_STOPPING,		/* asked to exit */
+};
+
+struct child_proc {
+	TAILQ_ENTRY(child_proc)	 cp_entry;
+	enum proc_kind		 cp_kind;
+	char			 cp_name[NAME_MAX_LEN];	/* server, or kind */
+	pid_t			 cp_pid;		/* 0 when not running */
+	enum child_state	 cp_state;
+	struct peer		 cp_peer;
+	unsigned int		 cp_restarts;
+	unsigned int		 cp_attempt;		/* backoff step */
+	uint64_t		 cp_started_ms;
+	struct event		*cp_timer;		/* restart */
+	int			 cp_retired;		/* removed by reload */
+	int			 cp_respawn_now;	/* changed by reload */
+	char			 cp_last_exit[64];
+};
+TAILQ_HEAD(child_list, child_proc);
+
+const char		*child_state_str(enum child_state);
+struct child_list	*parent_children(void);
+/* Re-read the configuration; NULL on success, else why (static). */
+const char		*parent_reload(void);
+
+int	control_listen(const char *path);
+void	control_start(struct event_base *, int fd);
+void	control_stop(void);
+
+#endif

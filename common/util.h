@@ -1,0 +1,43 @@
+#ifndef MCPBROKER_UTIL_H
+#define MCPBROKER_UTIL_H
+
+#include <sys/queue.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* BSD's, missing from glibc's sys/queue.h: iterate while removing. */
+#ifndef TAILQ_FOREACH_SAFE
+#define TAILQ_FOREACH_SAFE(var, head, field, tvar)			\
+	for ((var) = TAILQ_FIRST(head);					\
+	    (var) != NULL && ((tvar) = TAILQ_NEXT(var, field), 1);	\
+	    (var) = (tvar))
+#endif
+
+struct json_object;
+
+#define BACKOFF_BASE_MS		1000
+#define BACKOFF_MAX_MS		30000
+#define BACKOFF_STABLE_MS	60000	/* a run this long resets the backoff */
+
+/* Delay before restart number `attempt` (0-based): 1 s doubling, capped. */
+uint64_t	 backoff_delay_ms(unsigned int attempt);
+
+uint64_t	 monotonic_ms(void);
+
+/*
+ * Read fields of a JSON object received from another process.  Each returns
+ * -1 when the field is missing (unless optional), of the wrong type or out of
+ * range, so that a handler can reject the whole message.
+ */
+int	 json_get_str(struct json_object *, const char *key, size_t maxlen,
+	    int optional, const char **out);
+int	 json_get_int(struct json_object *, const char *key, int64_t min,
+	    int64_t max, int optional, int64_t *out);
+int	 json_get_bool(struct json_object *, const char *key, int optional,
+	    int *out);
+/* Parse a payload that must be exactly one JSON object (depth capped). */
+struct json_object *json_parse_object(const char *buf, size_t len);
+
+#define JSON_MAX_DEPTH	64
+
+#endif

@@ -1,0 +1,265 @@
+"""The privilege-separated daemon end to end: processes, supervision,
+reload, limits, the control socket and the sandbox, on the real binary."""
+import os
+import signal
+import socket
+import stat
+import subprocess
+import time
+import unittest
+
+from broker import (MCPBROKER, Broker, pid_alive, proc_status, wait_for)
+
+TWO_SERVERS = """
+server "files" { command "cat" }
+server "notes" { command "cat" }
+"""
+
+
+class DaemonTest(unittest.TestCase):
+    def broker(self, body=TWO_SERVERS, **kw):
+        b = Broker(body, **kw)
+        self.addCleanup(b.stop)
+        return b.start()
+
+    def test_healthz_and_readyz(self):
+        b = self.broker()
+        status, doc = b.get("/healthz")
+        self.assertEqual(status, 200)
+        self.assertEqual(doc, {"status": "ok"})
+        status, doc = b.get("/readyz")
+        self.assertEqual(status, 200)
+        self.assertEqual(doc["status"], "ready")
+        self.assertEqual(sorted(s["name"] for s in doc["servers"]),
+                         ["files", "notes"])
+        self.assertTrue(all(s["state"] == "ready" for s in doc["servers"]))
+
+    def test_unknown_path_and_method_get_json_errors(self):
+        b = self.broker()
+        status, doc = b.get("/nope")
+        self.assertEqual(status, 404)
+        self.assertEqual(doc["error"]["code"], "not_found")
+        status, headers, data = b.request("POST", "/healthz", body=b"{}")
+        self.assertEqual(status, 405)
+        self.assertEqual(headers.get("Content-Type"), "application/json")
+
+    def test_body_over_max_body_is_refused(self):
+        b = self.broker("limits { max-body 1K }")
+        status, _, _ = b.request("POST", "/healthz", body=b"x" * 4096)
+        self.assertEqual(status, 413)
+        status, _ = b.get("/healthz")
+        self.assertEqual(status, 200)
+
+    def test_slow_headers_are_cut_off(self):
+        b = self.broker("limits { header-timeout 1s }")
+        slow = socket.create_connection(("127.0.0.1", b.port))
+        self.addCleanup(slow.close)
+        slow.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        # Another client is served while the slow one dawdles.
+        self.assertEqual(b.get("/healthz")[0], 200)
+        slow.settimeout(10)
+        start = time.monotonic()
+        data = slow.recv(4096)
+        while data:
+            data = slow.recv(4096)
+        self.assertLess(time.monotonic() - start, 8)
+
+    def test_worker_killed_comes_back(self):
+        b = self.broker()
+        before = b.processes()["worker files"]
+        os.kill(before["pid"], signal.SIGKILL)
+        b.wait_log(r"worker files \(pid %d\) killed by signal 9 .*"
+                   r"restarting in 1000 ms" % before["pid"])
+        status, doc = b.get("/readyz")
+        if status == 503:   # may already be back; if not, it says who
+            down = [s for s in doc["servers"] if s["state"] != "ready"]
+            self.assertEqual([s["name"] for s in down], ["files"])
+        wait_for(lambda: b.get("/readyz")[0] == 200, timeout=5,
+                 what="readiness after restart")
+        after = b.processes()["worker files"]
+        self.assertNotEqual(after["pid"], before["pid"])
+        self.assertEqual(after["restarts"], 1)
+        self.assertEqual(after["state"], "running")
+        self.assertFalse(pid_alive(before["pid"]))
+
+    def test_repeated_worker_deaths_back_off(self):
+        b = self.broker()
+        for delay in (1000, 2000):
+            pid = b.processes()["worker notes"]["pid"]
+            os.kill(pid, signal.SIGKILL)
+            b.wait_log(r"worker notes \(pid %d\) .* restarting in %d ms"
+                       % (pid, delay))
+            wait_for(lambda: b.processes()["worker notes"]["state"] ==
+                     "running" and b.processes()["worker notes"]["pid"] != pid,
+                     timeout=delay / 1000 + 5, what="restart")
+
+    def test_controller_death_stops_everything(self):
+        b = self.broker()
+        procs = b.processes()
+        pids = [p["pid"] for n, p in procs.items() if n != "parent"]
+        os.kill(procs["controller"]["pid"], signal.SIGKILL)
+        code = b.wait_exit(timeout=15)
+        self.assertNotEqual(code, 0)
+        for pid in pids:
+            wait_for(lambda: not pid_alive(pid), timeout=5,
+                     what="pid %d gone" % pid)
+        self.assertIn("controller", b.log())
+        self.assertRegex(b.log(), r"controller \(pid \d+\) killed by signal 9")
+
+    def test_frontend_death_stops_everything(self):
+        b = self.broker()
+        procs = b.processes()
+        os.kill(procs["frontend"]["pid"], signal.SIGKILL)
+        self.assertNotEqual(b.wait_exit(timeout=15), 0)
+        for n, p in procs.items():
+            if n != "parent":
+                wait_for(lambda: not pid_alive(p["pid"]), timeout=5)
+
+    def test_sigterm_is_orderly(self):
+        b = self.broker()
+        pids = b.child_pids()
+        start = time.monotonic()
+        b.signal(signal.SIGTERM)
+        self.assertEqual(b.wait_exit(timeout=10), 0)
+        self.assertLess(time.monotonic() - start, 6)
+        for pid in pids:
+            self.assertFalse(pid_alive(pid))
+        self.assertFalse(os.path.exists(b.sock))
+
+    def test_sighup_with_broken_config_keeps_serving(self):
+        b = self.broker()
+        pids = b.processes()
+        b.write_config(None, raw=b.config_text(TWO_SERVERS) +
+                       "server \"broken\" {\n  bogus-keyword\n")
+        b.signal(signal.SIGHUP)
+        b.wait_log(r"mcpbroker.conf:\d+: .*")
+        b.wait_log(r"reload failed; keeping the running configuration")
+        self.assertEqual(b.get("/healthz")[0], 200)
+        self.assertEqual(b.get("/readyz")[0], 200)
+        self.assertEqual(b.processes(), pids)
+
+    def test_sighup_applies_a_good_config(self):
+        b = self.broker()
+        old = b.processes()
+        b.write_config(TWO_SERVERS.replace('"notes"', '"wiki"'))
+        b.signal(signal.SIGHUP)
+        b.wait_log(r"configuration reloaded")
+        wait_for(lambda: "worker wiki" in b.processes() and
+                 "worker notes" not in b.processes(), what="new worker set")
+        wait_for(lambda: b.get("/readyz")[0] == 200, what="ready")
+        names = [s["name"] for s in b.get("/readyz")[1]["servers"]]
+        self.assertEqual(sorted(names), ["files", "wiki"])
+        wait_for(lambda: not pid_alive(old["worker notes"]["pid"]))
+        self.assertEqual(b.processes()["worker files"]["pid"],
+                         old["worker files"]["pid"])
+        self.assertEqual(b.processes()["controller"]["pid"],
+                         old["controller"]["pid"])
+
+    def test_reload_that_needs_a_restart_is_refused(self):
+        b = self.broker()
+        b.write_config(None, raw=b.config_text(TWO_SERVERS).replace(
+            "port %d" % b.port, "port %d" % (b.port + 1)))
+        r = b.ctl("reload", check=False)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("listen", r.stderr)
+        self.assertEqual(b.get("/healthz")[0], 200)
+
+    def test_ctl_status_and_socket_mode(self):
+        b = self.broker()
+        procs = b.processes()
+        self.assertEqual(sorted(procs), ["controller", "frontend", "parent",
+                                         "worker files", "worker notes"])
+        for name, p in procs.items():
+            self.assertEqual(p["state"], "running", name)
+            self.assertTrue(pid_alive(p["pid"]), name)
+            self.assertEqual(p["restarts"], 0)
+        self.assertEqual(procs["parent"]["pid"], b.proc.pid)
+        mode = stat.S_IMODE(os.stat(b.sock).st_mode)
+        self.assertEqual(mode, 0o600)
+
+    def test_second_instance_refuses_the_control_socket(self):
+        b = self.broker()
+        r = subprocess.run([MCPBROKER, "-d", "-f", b.conf],
+                           capture_output=True, text=True, timeout=10)
+        self.assertEqual(r.returncode, 1)
+        # Either the port or the control socket is found busy first.
+        self.assertRegex(r.stderr, r"(Address already in use|already "
+                                   r"running)")
+        self.assertEqual(b.get("/healthz")[0], 200)
+
+    def test_every_child_is_sandboxed(self):
+        b = self.broker()
+        for pid in b.child_pids():
+            st = proc_status(pid)
+            self.assertEqual(st["CapEff"], "0000000000000000", pid)
+            self.assertEqual(st["CapPrm"], "0000000000000000", pid)
+            self.assertEqual(st["NoNewPrivs"], "1", pid)
+            self.assertEqual(st["Seccomp"], "2", pid)
+
+    @unittest.skipUnless(os.geteuid() == 0, "needs root")
+    def test_as_root_children_run_as_nobody_without_privileges(self):
+        b = self.broker(user="nobody")
+        import pwd
+        nobody = pwd.getpwnam("nobody")
+        pids = b.child_pids()
+        self.assertEqual(len(pids), 4)
+        for pid in pids:
+            st = proc_status(pid)
+            uids = st["Uid"].split()
+            gids = st["Gid"].split()
+            self.assertEqual(set(uids), {str(nobody.pw_uid)}, pid)
+            self.assertEqual(set(gids), {str(nobody.pw_gid)}, pid)
+            self.assertEqual(st["CapEff"], "0000000000000000", pid)
+            self.assertEqual(st["CapPrm"], "0000000000000000", pid)
+            self.assertEqual(st["CapBnd"], "0000000000000000", pid)
+            self.assertEqual(st["NoNewPrivs"], "1", pid)
+            self.assertEqual(st["Seccomp"], "2", pid)
+        self.assertEqual(proc_status(b.proc.pid)["Uid"].split()[0], "0")
+        state = os.stat(os.path.join(b.dir, "state"))
+        self.assertEqual(state.st_uid, nobody.pw_uid)
+
+
+class CheckModeTest(unittest.TestCase):
+    def test_good_config(self):
+        b = Broker(TWO_SERVERS)
+        self.addCleanup(b.stop)
+        r = subprocess.run([MCPBROKER, "-n", "-f", b.conf],
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        r = subprocess.run([MCPBROKER, "-n", "-v", "-f", b.conf],
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn('server "files"', r.stdout)
+        self.assertIn('listen on 127.0.0.1 port %d' % b.port, r.stdout)
+
+    def test_errors_name_file_and_line(self):
+        b = Broker(TWO_SERVERS + "\nfrobnicate yes\n")
+        self.addCleanup(b.stop)
+        r = subprocess.run([MCPBROKER, "-n", "-f", b.conf],
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 1)
+        self.assertRegex(r.stderr, r"%s:\d+: .*frobnicate" % b.conf)
+
+    def test_missing_listen(self):
+        b = Broker()
+        b.write_config(None, raw='state-dir "%s/state"\n' % b.dir)
+        self.addCleanup(b.stop)
+        r = subprocess.run([MCPBROKER, "-n", "-f", b.conf],
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("no \"listen on\" statement", r.stderr)
+
+    def test_secret_env_never_printed(self):
+        b = Broker('provider "o" { type openai api-key-env "T_KEY" '
+                   'model "m" }')
+        self.addCleanup(b.stop)
+        env = dict(os.environ, T_KEY="sk-very-secret-value")
+        r = subprocess.run([MCPBROKER, "-n", "-v", "-f", b.conf],
+                           capture_output=True, text=True, env=env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertNotIn("sk-very-secret-value", r.stdout + r.stderr)
+        self.assertIn("(env T_KEY)", r.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()
