@@ -13,9 +13,14 @@
 #include <unistd.h>
 
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <json-c/json.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
 
 #include "broker/mcpbroker.h"
 #include "common/log.h"
@@ -35,11 +40,22 @@ struct pending {
 };
 TAILQ_HEAD(pending_list, pending);
 
+/*
+ * One evhttp per TLS listener (each may have its own certificate) and one
+ * shared by every plain listener.
+ */
+struct fe_listener {
+	int		 fl_fd;
+	SSL_CTX		*fl_ctx;	/* NULL: plain HTTP */
+	struct evhttp	*fl_http;
+	char		 fl_name[80];
+};
+
 static struct {
 	struct mcpbroker_conf	*conf;
-	struct evhttp		*http;
+	struct evhttp		*http;		/* the plain listeners' */
 	struct peer		 controller;
-	int			 listen_fds[FRONTEND_MAX_LISTENERS];
+	struct fe_listener	 listeners[FRONTEND_MAX_LISTENERS];
 	size_t			 nlisten;
 	struct pending_list	 pending;
 	size_t			 npending;
@@ -314,44 +330,137 @@ frontend_recv_peer(struct peer *p, struct msg *m, struct json_object *o)
 	return 0;
 }
 
+/* A TLS context from PEM text: leaf first, then any chain. */
+static SSL_CTX *
+tls_context(const char *cert, const char *key)
+{
+	SSL_CTX		*ctx;
+	BIO		*bio = NULL;
+	X509		*x = NULL;
+	EVP_PKEY	*pk = NULL;
+	int		 ok = 0;
+
+	if ((ctx = SSL_CTX_new(TLS_server_method())) == NULL ||
+	    !SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION))
+		goto done;
+	SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION |
+	    SSL_OP_CIPHER_SERVER_PREFERENCE | SSL_OP_NO_COMPRESSION);
+	if ((bio = BIO_new_mem_buf(cert, -1)) == NULL ||
+	    (x = PEM_read_bio_X509(bio, NULL, NULL, NULL)) == NULL ||
+	    SSL_CTX_use_certificate(ctx, x) != 1)
+		goto done;
+	X509_free(x);
+	while ((x = PEM_read_bio_X509(bio, NULL, NULL, NULL)) != NULL)
+		if (SSL_CTX_add0_chain_cert(ctx, x) != 1)
+			goto done;
+	ERR_clear_error();	/* the end of the chain reads as an error */
+	BIO_free(bio);
+	if ((bio = BIO_new_mem_buf(key, -1)) == NULL ||
+	    (pk = PEM_read_bio_PrivateKey(bio, NULL, NULL, NULL)) == NULL ||
+	    SSL_CTX_use_PrivateKey(ctx, pk) != 1 ||
+	    SSL_CTX_check_private_key(ctx) != 1)
+		goto done;
+	ok = 1;
+ done:
+	EVP_PKEY_free(pk);
+	BIO_free(bio);
+	if (!ok) {
+		log_warnx("tls: %s", ERR_reason_error_string(ERR_get_error()));
+		SSL_CTX_free(ctx);
+		return NULL;
+	}
+	return ctx;
+}
+
+static struct bufferevent *
+tls_bevcb(struct event_base *base, void *arg)
+{
+	struct bufferevent	*bev;
+	SSL			*ssl;
+
+	if ((ssl = SSL_new(arg)) == NULL)
+		return NULL;
+	bev = bufferevent_openssl_socket_new(base, -1, ssl,
+	    BUFFEREVENT_SSL_ACCEPTING, BEV_OPT_CLOSE_ON_FREE);
+	if (bev == NULL)
+		SSL_free(ssl);
+	return bev;
+}
+
 static int
 frontend_recv_listen(struct peer *p, struct msg *m, struct json_object *o)
 {
+	struct fe_listener	*fl;
+	const char		*addr, *cert = NULL, *key = NULL;
+	int64_t			 port;
+	int			 tls = 0;
+
 	(void)p;
-	(void)o;
-	if (fe.nlisten == FRONTEND_MAX_LISTENERS) {
+	if (fe.nlisten == FRONTEND_MAX_LISTENERS ||
+	    json_get_str(o, "addr", 63, 0, &addr) == -1 ||
+	    json_get_int(o, "port", 1, 65535, 0, &port) == -1 ||
+	    json_get_bool(o, "tls", 0, &tls) == -1 ||
+	    (tls && (json_get_str(o, "cert", 1024 * 1024, 0, &cert) == -1 ||
+	    json_get_str(o, "key", 1024 * 1024, 0, &key) == -1))) {
 		close(m->m_fd);
 		return -1;
 	}
-	fe.listen_fds[fe.nlisten++] = m->m_fd;
+	fl = &fe.listeners[fe.nlisten++];
+	fl->fl_fd = m->m_fd;
+	snprintf(fl->fl_name, sizeof(fl->fl_name), "%s port %d%s", addr,
+	    (int)port, tls ? " tls" : "");
+	/* A TLS listener that cannot do TLS must not serve plain HTTP. */
+	if (tls && (fl->fl_ctx = tls_context(cert, key)) == NULL)
+		fatalx("listen on %s: cannot set up TLS", fl->fl_name);
 	return 0;
 }
 
 static void
-apply_limits(const struct limits_conf *lm)
+apply_limits(struct evhttp *http, const struct limits_conf *lm)
 {
 	struct timeval tv;
 
 	tv.tv_sec = lm->lm_header_timeout_ms / 1000;
 	tv.tv_usec = (lm->lm_header_timeout_ms % 1000) * 1000;
-	evhttp_set_max_body_size(fe.http, lm->lm_max_body);
-	evhttp_set_max_headers_size(fe.http, FRONTEND_MAX_HEADERS);
-	evhttp_set_timeout_tv(fe.http, &tv);
+	evhttp_set_max_body_size(http, lm->lm_max_body);
+	evhttp_set_max_headers_size(http, FRONTEND_MAX_HEADERS);
+	evhttp_set_timeout_tv(http, &tv);
 }
 
+static struct evhttp *
+http_new(void)
+{
+	struct evhttp *http;
+
+	if ((http = evhttp_new(child_base())) == NULL)
+		fatalx("evhttp_new");
+	evhttp_set_allowed_methods(http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD |
+	    EVHTTP_REQ_POST | EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
+	    EVHTTP_REQ_PATCH | EVHTTP_REQ_OPTIONS);
+	evhttp_set_gencb(http, frontend_request, NULL);
+	return http;
+}
+
+/* Listeners arrive before the first configuration: build their servers. */
 static int
 frontend_configure(struct mcpbroker_conf *conf, int reload)
 {
+	struct fe_listener	*fl;
+	size_t			 i;
+
 	(void)reload;
-	if (fe.http == NULL) {
-		if ((fe.http = evhttp_new(child_base())) == NULL)
-			fatalx("evhttp_new");
-		evhttp_set_allowed_methods(fe.http, EVHTTP_REQ_GET |
-		    EVHTTP_REQ_HEAD | EVHTTP_REQ_POST | EVHTTP_REQ_PUT |
-		    EVHTTP_REQ_DELETE | EVHTTP_REQ_PATCH | EVHTTP_REQ_OPTIONS);
-		evhttp_set_gencb(fe.http, frontend_request, NULL);
+	for (i = 0; i < fe.nlisten; i++) {
+		fl = &fe.listeners[i];
+		if (fl->fl_http == NULL && fl->fl_ctx == NULL) {
+			if (fe.http == NULL)
+				fe.http = http_new();
+			fl->fl_http = fe.http;
+		} else if (fl->fl_http == NULL) {
+			fl->fl_http = http_new();
+			evhttp_set_bevcb(fl->fl_http, tls_bevcb, fl->fl_ctx);
+		}
+		apply_limits(fl->fl_http, &conf->c_limits);
 	}
-	apply_limits(&conf->c_limits);
 	config_free(fe.conf);
 	fe.conf = conf;
 	return 0;
@@ -362,11 +471,12 @@ frontend_start(void)
 {
 	size_t i;
 
-	for (i = 0; i < fe.nlisten; i++)
-		if (evhttp_accept_socket_with_handle(fe.http,
-		    fe.listen_fds[i]) == NULL)
-			fatalx("cannot accept on listener %zu", i);
-	log_info("serving HTTP on %zu listener(s)", fe.nlisten);
+	for (i = 0; i < fe.nlisten; i++) {
+		if (evhttp_accept_socket_with_handle(fe.listeners[i].fl_http,
+		    fe.listeners[i].fl_fd) == NULL)
+			fatalx("cannot accept on %s", fe.listeners[i].fl_name);
+		log_info("listening on %s", fe.listeners[i].fl_name);
+	}
 }
 
 int

@@ -33,11 +33,15 @@
 #define SHUTDOWN_GRACE_MS	5000
 #define MAX_LISTENERS		32
 
+#define TLS_FILE_MAX		(1024 * 1024)
+
 struct listener {
 	int	 l_fd;
 	char	 l_addr[64];
 	int	 l_port;
 	int	 l_tls;
+	char	*l_cert;	/* PEM, read by us: the frontend opens nothing */
+	char	*l_key;
 };
 
 static struct {
@@ -260,6 +264,12 @@ send_listeners(struct child_proc *fe)
 		    json_object_new_int(parent.listeners[i].l_port));
 		json_object_object_add(o, "tls",
 		    json_object_new_boolean(parent.listeners[i].l_tls));
+		if (parent.listeners[i].l_tls) {
+			json_object_object_add(o, "cert",
+			    json_object_new_string(parent.listeners[i].l_cert));
+			json_object_object_add(o, "key",
+			    json_object_new_string(parent.listeners[i].l_key));
+		}
 		send_json(fe, MSG_CONF_LISTEN, fd, o);
 	}
 }
@@ -698,6 +708,31 @@ signal_cb(int sig, short ev, void *arg)
 	parent_shutdown(0);
 }
 
+/* A certificate or key file, whole, for the frontend's TLS context. */
+static char *
+read_pem(const char *what, const char *path)
+{
+	char	*buf;
+	size_t	 n;
+	FILE	*f;
+
+	if ((f = fopen(path, "re")) == NULL) {
+		log_warn("tls %s \"%s\"", what, path);
+		return NULL;
+	}
+	if ((buf = calloc(1, TLS_FILE_MAX + 1)) == NULL)
+		fatal("calloc");
+	n = fread(buf, 1, TLS_FILE_MAX + 1, f);
+	fclose(f);
+	if (n == 0 || n > TLS_FILE_MAX || strlen(buf) != n) {
+		log_warnx("tls %s \"%s\": empty, binary or larger than %d "
+		    "bytes", what, path, TLS_FILE_MAX);
+		free(buf);
+		return NULL;
+	}
+	return buf;
+}
+
 static int
 bind_one(const struct listen_conf *ls, struct listener *l)
 {
@@ -729,6 +764,12 @@ bind_one(const struct listen_conf *ls, struct listener *l)
 		return -1;
 	}
 	freeaddrinfo(res);
+	if (ls->ls_tls && ((l->l_cert = read_pem("certificate", ls->ls_cert))
+	    == NULL || (l->l_key = read_pem("key", ls->ls_key)) == NULL)) {
+		free(l->l_cert);
+		close(fd);
+		return -1;
+	}
 	l->l_fd = fd;
 	snprintf(l->l_addr, sizeof(l->l_addr), "%s", ls->ls_addr);
 	l->l_port = ls->ls_port;
@@ -805,6 +846,22 @@ prepare_state_dir(void)
 	return 0;
 }
 
+/* Once the frontend has them, the parent has no use for TLS keys. */
+static void
+forget_tls_keys(void)
+{
+	size_t i;
+
+	for (i = 0; i < parent.nlisteners; i++) {
+		if (parent.listeners[i].l_key != NULL)
+			explicit_bzero(parent.listeners[i].l_key,
+			    strlen(parent.listeners[i].l_key));
+		free(parent.listeners[i].l_key);
+		free(parent.listeners[i].l_cert);
+		parent.listeners[i].l_key = parent.listeners[i].l_cert = NULL;
+	}
+}
+
 static void
 start_children(void)
 {
@@ -820,6 +877,7 @@ start_children(void)
 	send_peer(fe, "controller", NULL, sv[0]);
 	send_peer(ctl, "frontend", NULL, sv[1]);
 	send_listeners(fe);
+	forget_tls_keys();
 	TAILQ_FOREACH(srv, &parent.conf->c_servers, srv_entry)
 		parent_spawn(child_new(PROC_WORKER, srv->srv_name));
 	TAILQ_FOREACH(cp, &parent.children, cp_entry)

@@ -11,6 +11,7 @@ import re
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import tempfile
 import threading
@@ -61,7 +62,7 @@ def proc_status(pid):
 
 
 class Broker:
-    def __init__(self, body="", user=None, extra_args=()):
+    def __init__(self, body="", user=None, extra_args=(), tls=None):
         self.dir = tempfile.mkdtemp(prefix="mcpbroker-test-")
         os.chmod(self.dir, 0o755)
         self.port = free_port()
@@ -69,15 +70,19 @@ class Broker:
         self.sock = os.path.join(self.dir, "control.sock")
         self.user = user or ("nobody" if os.geteuid() == 0 else "_unused")
         self.extra_args = list(extra_args)
+        self.tls = tls      # (certificate, key) paths, or None
         self.write_config(body)
         self.proc = None
         self.log_lines = []
         self._log_thread = None
 
     def config_text(self, body):
+        listen = "listen on 127.0.0.1 port %d" % self.port
+        if self.tls:
+            listen += ' tls certificate "%s" key "%s"' % self.tls
         return ('user "%s"\nstate-dir "%s/state"\ncontrol socket "%s"\n'
-                'listen on 127.0.0.1 port %d\n%s\n'
-                % (self.user, self.dir, self.sock, self.port, body))
+                '%s\n%s\n'
+                % (self.user, self.dir, self.sock, listen, body))
 
     def write_config(self, body, raw=None):
         with open(self.conf, "w") as f:
@@ -147,8 +152,13 @@ class Broker:
 
     # -- HTTP -----------------------------------------------------------
     def request(self, method, path, body=None, headers=None, timeout=10):
-        conn = http.client.HTTPConnection("127.0.0.1", self.port,
-                                          timeout=timeout)
+        if self.tls:
+            ctx = ssl.create_default_context(cafile=self.tls[0])
+            conn = http.client.HTTPSConnection("127.0.0.1", self.port,
+                                               timeout=timeout, context=ctx)
+        else:
+            conn = http.client.HTTPConnection("127.0.0.1", self.port,
+                                              timeout=timeout)
         try:
             conn.request(method, path, body=body, headers=headers or {})
             r = conn.getresponse()
