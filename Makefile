@@ -24,7 +24,8 @@ build-asan: deps
 # The broker on its quick-start config: 127.0.0.1:8080, state in ./run.
 run: build
 	@mkdir -p run
-	$(BUILD)/bin/mcpbroker -d -f $(QUICKSTART)
+	$(BUILD)/bin/mcpbroker -d -f $(QUICKSTART) \
+	    -D statedir=$(CURDIR)/run/state -D ctlsock=$(CURDIR)/run/control.sock
 
 test-release: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)

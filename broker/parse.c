@@ -13,7 +13,6 @@
 #include <sys/un.h>
 
 #include <arpa/inet.h>
-#include <err.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -24,6 +23,7 @@
 #include <unistd.h>
 
 #include "broker/config.h"
+#include "common/log.h"
 
 #define MAX_TOKEN	4096		/* bytes in one word or string */
 #define MAX_ERRORS	50		/* then give up */
@@ -133,7 +133,7 @@ xcalloc(size_t n, size_t sz)
 	void	*p;
 
 	if ((p = calloc(n, sz)) == NULL)
-		err(1, "calloc");
+		fatal("calloc");
 	return p;
 }
 
@@ -143,7 +143,7 @@ xstrdup(const char *s)
 	char	*p;
 
 	if ((p = strdup(s)) == NULL)
-		err(1, "strdup");
+		fatal("strdup");
 	return p;
 }
 
@@ -153,7 +153,7 @@ xstrndup(const char *s, size_t n)
 	char	*p;
 
 	if ((p = strndup(s, n)) == NULL)
-		err(1, "strndup");
+		fatal("strndup");
 	return p;
 }
 
@@ -164,7 +164,7 @@ strv_push(char ***v, size_t *n, char *s)
 	char	**nv;
 
 	if ((nv = reallocarray(*v, *n + 2, sizeof(*nv))) == NULL)
-		err(1, "reallocarray");
+		fatal("reallocarray");
 	nv[(*n)++] = s;
 	nv[*n] = NULL;
 	*v = nv;
@@ -189,6 +189,8 @@ static void perr_at(struct parser *, const char *, int, const char *, ...)
 	    __attribute__((format(printf, 4, 5)));
 static void perr(struct parser *, int, const char *, ...)
 	    __attribute__((format(printf, 3, 4)));
+static void vperr_at(struct parser *, const char *, int, const char *,
+	    va_list) __attribute__((format(printf, 4, 0)));
 
 static void
 vperr_at(struct parser *p, const char *file, int line, const char *fmt,
@@ -1268,6 +1270,8 @@ static const struct kw provider_kw[] = {
 	{ "price", pv_price, 0 },
 	{ NULL, NULL, 0 },
 };
+_Static_assert(sizeof(provider_kw) / sizeof(provider_kw[0]) <= BLK_MAXKW,
+    "b_seen too small");
 
 static void
 provider_check(struct parser *p, struct provider_conf *pv, const char *desc)
@@ -1601,6 +1605,8 @@ static const struct kw server_kw[] = {
 	{ "max-instances", srv_max_instances, 0 },
 	{ NULL, NULL, 0 },
 };
+_Static_assert(sizeof(server_kw) / sizeof(server_kw[0]) <= BLK_MAXKW,
+    "b_seen too small");
 
 static void
 server_check(struct parser *p, struct server_conf *srv, struct blk *b)
@@ -1643,6 +1649,8 @@ static const struct kw toolset_kw[] = {
 	{ "tools", ts_tools, 1 },
 	{ NULL, NULL, 0 },
 };
+_Static_assert(sizeof(toolset_kw) / sizeof(toolset_kw[0]) <= BLK_MAXKW,
+    "b_seen too small");
 
 /* Limits block */
 
@@ -1700,6 +1708,8 @@ static const struct kw limits_kw[] = {
 	{ "header-timeout", lm_header_timeout, 0 },
 	{ NULL, NULL, 0 },
 };
+_Static_assert(sizeof(limits_kw) / sizeof(limits_kw[0]) <= BLK_MAXKW,
+    "b_seen too small");
 
 /* Auth block */
 
@@ -1754,6 +1764,8 @@ static const struct kw auth_kw[] = {
 	{ "jwt", au_jwt, 0 },
 	{ NULL, NULL, 0 },
 };
+_Static_assert(sizeof(auth_kw) / sizeof(auth_kw[0]) <= BLK_MAXKW,
+    "b_seen too small");
 
 /* Top-level statements */
 
@@ -2112,6 +2124,7 @@ top_budget(struct parser *p, struct blk *b)
 	if (get_string(p, scopes[i], &bg->bg_subject, NULL) == -1)
 		goto drop;
 	free(v);
+	v = NULL;
 	if (get_value(p, bg->bg_subject, &v, &line) == -1)
 		goto drop;
 	if ((i = word_index(v, metrics)) == -1) {
@@ -2122,6 +2135,7 @@ top_budget(struct parser *p, struct blk *b)
 	}
 	bg->bg_metric = (enum budget_metric)i;
 	free(v);
+	v = NULL;
 	if (get_value(p, metrics[i], &v, &line) == -1)
 		goto drop;
 	rv = 0;
@@ -2402,7 +2416,7 @@ include_path(const char *from, const char *path)
 	if (path[0] == '/' || (slash = strrchr(from, '/')) == NULL)
 		return xstrdup(path);
 	if (asprintf(&res, "%.*s/%s", (int)(slash - from), from, path) == -1)
-		err(1, "asprintf");
+		fatal("asprintf");
 	return res;
 }
 
@@ -2483,6 +2497,8 @@ static const struct kw top_kw[] = {
 	{ "include", top_include, 1 },
 	{ NULL, NULL, 0 },
 };
+_Static_assert(sizeof(top_kw) / sizeof(top_kw[0]) <= BLK_MAXKW,
+    "b_seen too small");
 
 /* Macros */
 
