@@ -28,8 +28,10 @@ int	worker_main(const char *server);
 /*
  * The child side of configuration.  A process hands child_main its dispatch
  * table for parent messages (built from the child_recv_* handlers plus its
- * own) and two hooks: configure takes the new configuration (returns -1 to
- * keep the old one), start runs once after the sandbox is in place.
+ * own) and two hooks: configure takes the new configuration (returning -1
+ * rejects it, which the child treats as a protocol failure: it exits and
+ * the parent's supervision takes over), start runs once after the sandbox
+ * is in place.
  */
 struct child_hooks {
 	int	(*ch_configure)(struct mcpbroker_conf *, int reload);

@@ -64,6 +64,7 @@ static int	parent_recv_ack(struct peer *, struct msg *, struct json_object *);
 static int	parent_recv_log(struct peer *, struct msg *, struct json_object *);
 static void	parent_child_lost(struct peer *, const char *);
 static void	parent_spawn(struct child_proc *);
+static void	worker_backoff(struct child_proc *);
 static void	parent_shutdown(int);
 
 /* What the parent accepts from any child. */
@@ -346,9 +347,12 @@ parent_spawn(struct child_proc *cp)
 	close(sv[1]);
 	if (cp->cp_pid == -1) {
 		close(sv[0]);
-		cp->cp_pid = 0;
 		if (cp->cp_kind != PROC_WORKER)
 			fatalx("cannot start %s", cp->cp_name);
+		snprintf(cp->cp_last_exit, sizeof(cp->cp_last_exit),
+		    "could not be started");
+		cp->cp_started_ms = monotonic_ms();
+		worker_backoff(cp);
 		return;
 	}
 	cp->cp_state = CS_STARTING;
@@ -363,19 +367,62 @@ parent_spawn(struct child_proc *cp)
 	log_debug("spawned %s (pid %d)", cp->cp_peer.p_name, (int)cp->cp_pid);
 }
 
+/* Restart a worker whose backoff is over, or kill one that would not stop. */
 static void
-restart_timer_cb(int fd, short ev, void *arg)
+child_timer_cb(int fd, short ev, void *arg)
 {
 	struct child_proc *cp = arg;
 
 	(void)fd;
 	(void)ev;
+	if (cp->cp_state == CS_STOPPING && cp->cp_pid > 0) {
+		log_warnx("%s (pid %d) did not stop, killing", cp->cp_peer.p_name,
+		    (int)cp->cp_pid);
+		kill(cp->cp_pid, SIGKILL);
+		return;
+	}
 	if (parent.shutting_down || cp->cp_state != CS_BACKOFF)
 		return;
 	cp->cp_restarts++;
 	log_info("restarting worker %s (restart %u)", cp->cp_name,
 	    cp->cp_restarts);
 	parent_spawn(cp);
+}
+
+static void
+child_timer_set(struct child_proc *cp, uint64_t ms)
+{
+	struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
+
+	if (cp->cp_timer == NULL &&
+	    (cp->cp_timer = evtimer_new(parent.base, child_timer_cb, cp)) ==
+	    NULL)
+		fatalx("evtimer_new");
+	evtimer_add(cp->cp_timer, &tv);
+}
+
+/* SIGTERM now, SIGKILL if it is still there after the grace period. */
+static void
+child_stop(struct child_proc *cp)
+{
+	cp->cp_state = CS_STOPPING;
+	kill(cp->cp_pid, SIGTERM);
+	child_timer_set(cp, SHUTDOWN_GRACE_MS);
+}
+
+static void
+worker_backoff(struct child_proc *cp)
+{
+	uint64_t delay;
+
+	if (monotonic_ms() - cp->cp_started_ms >= BACKOFF_STABLE_MS)
+		cp->cp_attempt = 0;
+	delay = backoff_delay_ms(cp->cp_attempt++);
+	log_warnx("worker %s (pid %d) %s; restarting in %llu ms", cp->cp_name,
+	    (int)cp->cp_pid, cp->cp_last_exit, (unsigned long long)delay);
+	cp->cp_pid = 0;
+	cp->cp_state = CS_BACKOFF;
+	child_timer_set(cp, delay);
 }
 
 static void
@@ -412,9 +459,8 @@ tell_controller_down(struct child_proc *worker)
 static void
 worker_exited(struct child_proc *cp)
 {
-	struct timeval	tv;
-	uint64_t	delay;
-
+	if (cp->cp_timer != NULL)
+		evtimer_del(cp->cp_timer);
 	if (cp->cp_retired) {
 		log_info("worker %s stopped", cp->cp_name);
 		child_free(cp);
@@ -426,20 +472,7 @@ worker_exited(struct child_proc *cp)
 		parent_spawn(cp);
 		return;
 	}
-	if (monotonic_ms() - cp->cp_started_ms >= BACKOFF_STABLE_MS)
-		cp->cp_attempt = 0;
-	delay = backoff_delay_ms(cp->cp_attempt++);
-	log_warnx("worker %s (pid %d) %s; restarting in %llu ms", cp->cp_name,
-	    (int)cp->cp_pid, cp->cp_last_exit, (unsigned long long)delay);
-	cp->cp_pid = 0;
-	cp->cp_state = CS_BACKOFF;
-	if (cp->cp_timer == NULL &&
-	    (cp->cp_timer = evtimer_new(parent.base, restart_timer_cb, cp)) ==
-	    NULL)
-		fatalx("evtimer_new");
-	tv.tv_sec = delay / 1000;
-	tv.tv_usec = (delay % 1000) * 1000;
-	evtimer_add(cp->cp_timer, &tv);
+	worker_backoff(cp);
 }
 
 static void
@@ -563,6 +596,22 @@ same_text(struct mcpbroker_conf *a, struct mcpbroker_conf *b,
 	return same;
 }
 
+/* Same server block and same secret value: the worker can stay. */
+static int
+same_server(struct mcpbroker_conf *a, struct mcpbroker_conf *b,
+    const char *server)
+{
+	const struct secret_ref *sa, *sb;
+
+	if (!same_text(a, b, server))
+		return 0;
+	sa = &config_find_server(a, server)->srv_bearer;
+	sb = &config_find_server(b, server)->srv_bearer;
+	if (sa->sr_value == NULL || sb->sr_value == NULL)
+		return sa->sr_value == sb->sr_value;
+	return strcmp(sa->sr_value, sb->sr_value) == 0;
+}
+
 /* What a running daemon cannot change without a restart. */
 static const char *
 reload_blocked(const struct mcpbroker_conf *old,
@@ -629,14 +678,13 @@ reload_workers(struct mcpbroker_conf *old)
 			continue;
 		if (config_find_server(parent.conf, cp->cp_name) == NULL)
 			cp->cp_retired = 1;
-		else if (!same_text(old, parent.conf, cp->cp_name))
+		else if (!same_server(old, parent.conf, cp->cp_name))
 			cp->cp_respawn_now = 1;
 		else
 			continue;
-		if (cp->cp_pid > 0) {
-			cp->cp_state = CS_STOPPING;
-			kill(cp->cp_pid, SIGTERM);
-		} else if (cp->cp_retired)
+		if (cp->cp_pid > 0)
+			child_stop(cp);
+		else if (cp->cp_retired)
 			child_free(cp);
 		else {
 			cp->cp_respawn_now = 0;

@@ -21,7 +21,8 @@ enum msg_type {
 	MSG_CONF_SECRET,	/* {kind:"provider"|"server", name, value} */
 	MSG_CONF_PEER,		/* +fd {peer:"controller"|"frontend"|"worker",
 				 *  name?}: a channel to a sibling */
-	MSG_CONF_LISTEN,	/* +fd {addr, port, tls}: to frontend only */
+	MSG_CONF_LISTEN,	/* +fd {addr, port, tls, cert?, key?}: to the
+				 *  frontend only; PEM text with tls */
 	MSG_CONF_DONE,		/* {uid, gid, reload}: config complete; the
 				 *  child applies it (and its sandbox) */
 	MSG_START,		/* {}: begin serving */

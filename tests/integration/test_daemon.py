@@ -1,10 +1,12 @@
 """The privilege-separated daemon end to end: processes, supervision,
 reload, limits, the control socket and the sandbox, on the real binary."""
 import os
+import shutil
 import signal
 import socket
 import stat
 import subprocess
+import tempfile
 import time
 import unittest
 
@@ -154,6 +156,28 @@ class DaemonTest(unittest.TestCase):
                          old["worker files"]["pid"])
         self.assertEqual(b.processes()["controller"]["pid"],
                          old["controller"]["pid"])
+
+    def test_reload_restarts_a_worker_whose_secret_changed(self):
+        token = os.path.join(tempfile.mkdtemp(), "jira.token")
+        self.addCleanup(shutil.rmtree, os.path.dirname(token))
+        with open(token, "w") as f:
+            f.write("first-token\n")
+        body = TWO_SERVERS + ('server "jira" { url "https://127.0.0.1:1/mcp" '
+                              'bearer-token-file "%s" }' % token)
+        b = self.broker(body)
+        before = b.processes()
+        b.ctl("reload")
+        self.assertEqual(b.processes()["worker jira"]["pid"],
+                         before["worker jira"]["pid"])
+        with open(token, "w") as f:
+            f.write("second-token\n")
+        b.ctl("reload")
+        wait_for(lambda: b.processes()["worker jira"]["pid"] !=
+                 before["worker jira"]["pid"], what="jira worker respawned")
+        self.assertEqual(b.processes()["worker files"]["pid"],
+                         before["worker files"]["pid"])
+        self.assertNotIn("second-token", b.log())
+        self.assertNotIn("first-token", b.log())
 
     def test_reload_that_needs_a_restart_is_refused(self):
         b = self.broker()
