@@ -6,6 +6,7 @@
  * checked against what the controller expects of that worker.
  */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,13 +41,33 @@ struct worker_link {
 	enum server_state	 wl_state;
 	char			 wl_error[256];
 	unsigned int		 wl_restarts;
+	struct json_object	*wl_tools;	/* the worker's last list */
 };
 TAILQ_HEAD(worker_link_list, worker_link);
+
+typedef void	(*tool_call_fn)(struct json_object *result,
+		    struct json_object *error, void *arg);
+
+/*
+ * A tool call we sent to a worker.  The worker may answer only calls we
+ * issued to it (the monitor's permission table): anything else is a
+ * protocol violation and costs it its channel.
+ */
+struct tool_call {
+	TAILQ_ENTRY(tool_call)	 tc_entry;
+	uint64_t		 tc_id;
+	struct worker_link	*tc_worker;
+	tool_call_fn		 tc_done;
+	void			*tc_arg;
+};
+TAILQ_HEAD(tool_call_list, tool_call);
 
 static struct {
 	struct mcpbroker_conf	*conf;
 	struct peer		 frontend;
 	struct worker_link_list	 workers;
+	struct tool_call_list	 calls;
+	uint64_t		 next_call;
 } ctl;
 
 static int	controller_recv_peer(struct peer *, struct msg *,
@@ -59,6 +80,14 @@ static int	controller_recv_worker_ready(struct peer *, struct msg *,
 		    struct json_object *);
 static int	controller_recv_worker_state(struct peer *, struct msg *,
 		    struct json_object *);
+static int	controller_recv_worker_tools(struct peer *, struct msg *,
+		    struct json_object *);
+static int	controller_recv_tool_result(struct peer *, struct msg *,
+		    struct json_object *);
+static int	controller_recv_tool_progress(struct peer *, struct msg *,
+		    struct json_object *);
+static int	controller_recv_admin(struct peer *, struct msg *,
+		    struct json_object *);
 
 static const struct dispatch controller_dispatch_parent[] = {
 	{ MSG_CONF_TEXT, child_recv_conf_text, 0 },
@@ -67,6 +96,7 @@ static const struct dispatch controller_dispatch_parent[] = {
 	{ MSG_CONF_DONE, child_recv_done, 0 },
 	{ MSG_START, child_recv_start, 0 },
 	{ MSG_WORKER_DOWN, controller_recv_worker_down, 0 },
+	{ MSG_ADMIN_REQ, controller_recv_admin, 0 },
 	DISPATCH_END
 };
 
@@ -78,6 +108,9 @@ static const struct dispatch controller_dispatch_frontend[] = {
 static const struct dispatch controller_dispatch_worker[] = {
 	{ MSG_WORKER_READY, controller_recv_worker_ready, DISPATCH_ONCE },
 	{ MSG_WORKER_STATE, controller_recv_worker_state, 0 },
+	{ MSG_WORKER_TOOLS, controller_recv_worker_tools, 0 },
+	{ MSG_TOOL_RESULT, controller_recv_tool_result, 0 },
+	{ MSG_TOOL_PROGRESS, controller_recv_tool_progress, 0 },
 	DISPATCH_END
 };
 
@@ -105,12 +138,48 @@ worker_set_state(struct worker_link *wl, enum server_state st,
 }
 
 static void
+error_json_done(struct tool_call *tc, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Finish a call with an error of ours (code 2: transport). */
+static void
+error_json_done(struct tool_call *tc, const char *fmt, ...)
+{
+	struct json_object	*e = json_object_new_object();
+	char			 msg[512];
+	va_list			 ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	json_object_object_add(e, "code", json_object_new_int(2));
+	json_object_object_add(e, "message", json_object_new_string(msg));
+	tc->tc_done(NULL, e, tc->tc_arg);
+	json_object_put(e);
+}
+
+/* Calls in flight on a worker that is gone fail at once, never hang. */
+static void
+worker_fail_calls(struct worker_link *wl, const char *why)
+{
+	struct tool_call *tc, *next;
+
+	TAILQ_FOREACH_SAFE(tc, &ctl.calls, tc_entry, next)
+		if (tc->tc_worker == wl) {
+			TAILQ_REMOVE(&ctl.calls, tc, tc_entry);
+			error_json_done(tc, "server %s: %s", wl->wl_name, why);
+			free(tc);
+		}
+}
+
+static void
 worker_lost(struct peer *p, const char *why)
 {
 	struct worker_link *wl = p->p_arg;
 
 	/* The parent restarts it; until then calls fail fast. */
 	worker_set_state(wl, SS_DOWN, why);
+	worker_fail_calls(wl, why);
 }
 
 static struct worker_link *
@@ -134,8 +203,10 @@ worker_link_new(const char *name)
 static void
 worker_link_free(struct worker_link *wl)
 {
+	worker_fail_calls(wl, "removed from the configuration");
 	TAILQ_REMOVE(&ctl.workers, wl, wl_entry);
 	peer_detach(&wl->wl_peer);
+	json_object_put(wl->wl_tools);
 	free(wl);
 }
 
@@ -174,6 +245,7 @@ controller_recv_peer(struct peer *p, struct msg *m, struct json_object *o)
 	if ((wl = worker_find(name)) == NULL)
 		wl = worker_link_new(name);
 	/* A new channel means a new worker process: forget the old one. */
+	worker_fail_calls(wl, "the worker was restarted");
 	if (peer_attach(&wl->wl_peer, child_base(), m->m_fd) == -1)
 		fatalx("channel to worker %s", name);
 	worker_set_state(wl, SS_STARTING, NULL);
@@ -204,6 +276,7 @@ controller_recv_worker_down(struct peer *p, struct msg *m,
 	wl->wl_restarts = restarts;
 	snprintf(why, sizeof(why), "worker %s", status);
 	worker_set_state(wl, SS_DOWN, why);
+	worker_fail_calls(wl, why);
 	return 0;
 }
 
@@ -230,6 +303,9 @@ controller_recv_ready_req(struct peer *p, struct msg *m, struct json_object *o)
 		if (wl->wl_error[0] != '\0')
 			json_object_object_add(s, "error",
 			    json_object_new_string(wl->wl_error));
+		if (wl->wl_tools != NULL)
+			json_object_object_add(s, "tools", json_object_new_int(
+			    json_object_array_length(wl->wl_tools)));
 		json_object_array_add(servers, s);
 	}
 	json_object_object_add(reply, "ready", json_object_new_boolean(ready));
@@ -280,6 +356,197 @@ controller_recv_worker_state(struct peer *p, struct msg *m,
 	return 0;
 }
 
+static int
+controller_recv_worker_tools(struct peer *p, struct msg *m,
+    struct json_object *o)
+{
+	struct worker_link	*wl = p->p_arg;
+	struct json_object	*tools, *t;
+	const char		*name;
+	size_t			 i;
+
+	(void)m;
+	if (json_get_str(o, "name", NAME_MAX_LEN - 1, 0, &name) == -1 ||
+	    strcmp(name, wl->wl_name) != 0 ||
+	    !json_object_object_get_ex(o, "tools", &tools) ||
+	    !json_object_is_type(tools, json_type_array) ||
+	    json_object_array_length(tools) > 10000)
+		return -1;
+	for (i = 0; i < json_object_array_length(tools); i++) {
+		t = json_object_array_get_idx(tools, i);
+		if (!json_object_is_type(t, json_type_object) ||
+		    json_get_str(t, "name", 128, 0, &name) == -1)
+			return -1;
+	}
+	json_object_put(wl->wl_tools);
+	wl->wl_tools = json_object_get(tools);
+	return 0;
+}
+
+static struct tool_call *
+call_of(struct worker_link *wl, uint64_t id)
+{
+	struct tool_call *tc;
+
+	TAILQ_FOREACH(tc, &ctl.calls, tc_entry)
+		if (tc->tc_id == id && tc->tc_worker == wl)
+			return tc;
+	return NULL;
+}
+
+static int
+controller_recv_tool_result(struct peer *p, struct msg *m,
+    struct json_object *o)
+{
+	struct json_object	*result = NULL, *error = NULL;
+	struct tool_call	*tc;
+	int			 has_result, has_error;
+
+	if ((tc = call_of(p->p_arg, m->m_hdr.mh_id)) == NULL)
+		return -1;	/* not a call we gave this worker */
+	has_result = json_object_object_get_ex(o, "result", &result);
+	has_error = json_object_object_get_ex(o, "error", &error);
+	if (has_result == has_error || (has_result &&
+	    !json_object_is_type(result, json_type_object)) || (has_error &&
+	    !json_object_is_type(error, json_type_object)))
+		return -1;
+	TAILQ_REMOVE(&ctl.calls, tc, tc_entry);
+	tc->tc_done(result, error, tc->tc_arg);
+	free(tc);
+	return 0;
+}
+
+static int
+controller_recv_tool_progress(struct peer *p, struct msg *m,
+    struct json_object *o)
+{
+	(void)o;
+	/* Progress may trail a call just finished; a never-issued id lies. */
+	if (call_of(p->p_arg, m->m_hdr.mh_id) == NULL &&
+	    m->m_hdr.mh_id >= ctl.next_call + 1)
+		return -1;
+	return 0;
+}
+
+/*
+ * Call a tool on a server's worker.  done runs exactly once: with the
+ * CallToolResult, or with an error object {code, message}.
+ */
+static void
+controller_call_tool(struct worker_link *wl, const char *tool,
+    struct json_object *args, const char *user, const char *conversation,
+    tool_call_fn done, void *arg)
+{
+	struct json_object	*o;
+	struct tool_call	*tc;
+
+	if ((tc = calloc(1, sizeof(*tc))) == NULL)
+		fatal("calloc");
+	tc->tc_id = ++ctl.next_call;
+	tc->tc_worker = wl;
+	tc->tc_done = done;
+	tc->tc_arg = arg;
+	TAILQ_INSERT_TAIL(&ctl.calls, tc, tc_entry);
+	if (!peer_connected(&wl->wl_peer)) {
+		TAILQ_REMOVE(&ctl.calls, tc, tc_entry);
+		error_json_done(tc, "server %s is %s%s%s", wl->wl_name,
+		    server_states[wl->wl_state], wl->wl_error[0] ? ": " : "",
+		    wl->wl_error);
+		free(tc);
+		return;
+	}
+	o = json_object_new_object();
+	json_object_object_add(o, "tool", json_object_new_string(tool));
+	json_object_object_add(o, "arguments", json_object_get(args));
+	if (user != NULL)
+		json_object_object_add(o, "user", json_object_new_string(user));
+	if (conversation != NULL)
+		json_object_object_add(o, "conversation",
+		    json_object_new_string(conversation));
+	if (peer_send(&wl->wl_peer, MSG_TOOL_CALL, tc->tc_id, -1, o) == -1) {
+		TAILQ_REMOVE(&ctl.calls, tc, tc_entry);
+		error_json_done(tc, "server %s: cannot reach its worker",
+		    wl->wl_name);
+		free(tc);
+	}
+	json_object_put(o);
+}
+
+/* ---- administrators (mcpbrokerctl server ..., through the parent) ---- */
+
+static void
+admin_reply(uint64_t id, struct json_object *reply)
+{
+	(void)peer_send(child_parent(), MSG_ADMIN_REP, id, -1, reply);
+	json_object_put(reply);
+}
+
+static void
+admin_error(uint64_t id, const char *message)
+{
+	struct json_object *r = json_object_new_object();
+
+	json_object_object_add(r, "ok", json_object_new_boolean(0));
+	json_object_object_add(r, "error", json_object_new_string(message));
+	admin_reply(id, r);
+}
+
+static void
+admin_call_done(struct json_object *result, struct json_object *error,
+    void *arg)
+{
+	uint64_t		 id = (uint64_t)(uintptr_t)arg;
+	struct json_object	*r = json_object_new_object();
+
+	json_object_object_add(r, "ok", json_object_new_boolean(error ==
+	    NULL));
+	if (error != NULL)
+		json_object_object_add(r, "error", json_object_get(error));
+	else
+		json_object_object_add(r, "result", json_object_get(result));
+	admin_reply(id, r);
+}
+
+static int
+controller_recv_admin(struct peer *p, struct msg *m, struct json_object *o)
+{
+	struct json_object	*args = NULL, *r;
+	struct worker_link	*wl;
+	const char		*op, *server, *tool = NULL, *user = NULL;
+	const char		*conv = NULL;
+	char			 why[128];
+
+	(void)p;
+	if (json_get_str(o, "op", 16, 0, &op) == -1 ||
+	    json_get_str(o, "server", NAME_MAX_LEN - 1, 0, &server) == -1 ||
+	    json_get_str(o, "tool", 128, 1, &tool) == -1 ||
+	    json_get_str(o, "user", 64, 1, &user) == -1 ||
+	    json_get_str(o, "conversation", 64, 1, &conv) == -1)
+		return -1;
+	if ((wl = worker_find(server)) == NULL) {
+		snprintf(why, sizeof(why), "no server \"%s\"", server);
+		admin_error(m->m_hdr.mh_id, why);
+		return 0;
+	}
+	if (strcmp(op, "tools") == 0) {
+		r = json_object_new_object();
+		json_object_object_add(r, "ok", json_object_new_boolean(1));
+		json_object_object_add(r, "state",
+		    json_object_new_string(server_states[wl->wl_state]));
+		json_object_object_add(r, "tools", wl->wl_tools != NULL ?
+		    json_object_get(wl->wl_tools) : json_object_new_array());
+		admin_reply(m->m_hdr.mh_id, r);
+		return 0;
+	}
+	if (strcmp(op, "call") != 0 || tool == NULL ||
+	    !json_object_object_get_ex(o, "arguments", &args) ||
+	    !json_object_is_type(args, json_type_object))
+		return -1;
+	controller_call_tool(wl, tool, args, user, conv, admin_call_done,
+	    (void *)(uintptr_t)m->m_hdr.mh_id);
+	return 0;
+}
+
 /* Servers gone from the configuration are gone from readiness too. */
 static int
 controller_configure(struct mcpbroker_conf *conf, int reload)
@@ -314,6 +581,7 @@ controller_main(void)
 	};
 
 	TAILQ_INIT(&ctl.workers);
+	TAILQ_INIT(&ctl.calls);
 	return child_main(PROC_CONTROLLER, "controller",
 	    controller_dispatch_parent, &hooks);
 }

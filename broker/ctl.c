@@ -20,6 +20,7 @@
 #include "common/msg.h"
 #include "common/proto.h"
 #include "common/util.h"
+#include "broker/ctl.h"
 
 #define CTL_TIMEOUT_SEC	30
 
@@ -36,7 +37,15 @@ usage(void)
 	    "usage: mcpbrokerctl [-s socket] command\n"
 	    "commands:\n"
 	    "  status    each process with its pid, state and restart count\n"
-	    "  reload    re-read the configuration (like SIGHUP)\n");
+	    "  reload    re-read the configuration (like SIGHUP)\n"
+	    "  server tools NAME\n"
+	    "            the tools the running daemon has from server NAME\n"
+	    "  server call [-u user] [-c conversation] NAME TOOL [JSON]\n"
+	    "            call a tool through the daemon's worker for NAME\n"
+	    "  mcp tools [--sse] URL | -- COMMAND [ARG...]\n"
+	    "  mcp call [--sse] URL | -- COMMAND [ARG...] TOOL [JSON]\n"
+	    "            talk to one MCP server directly, with the worker's\n"
+	    "            client, and print what it answers as JSON\n");
 	exit(2);
 }
 
@@ -83,7 +92,7 @@ ctl_connect(const char *path)
 }
 
 static struct json_object *
-ctl_request(const char *path, uint16_t type)
+ctl_request_payload(const char *path, uint16_t type, struct json_object *body)
 {
 	struct timeval	 tv = { CTL_TIMEOUT_SEC, 0 };
 	struct msgchan	*mc;
@@ -94,8 +103,11 @@ ctl_request(const char *path, uint16_t type)
 	    (mc = msgchan_new(ctl.base, fd, ctl_on_msg, ctl_on_err, NULL)) ==
 	    NULL)
 		fatalx("event setup");
-	if (msgchan_compose(mc, type, 1, 0, -1, "{}", 2) == -1 ||
-	    msgchan_flush(mc) == -1)
+	const char *payload = body != NULL ? json_object_to_json_string_ext(body,
+	    JSON_C_TO_STRING_PLAIN) : "{}";
+
+	if (msgchan_compose(mc, type, 1, 0, -1, payload, strlen(payload)) ==
+	    -1 || msgchan_flush(mc) == -1)
 		fatal("send request");
 	event_base_loopexit(ctl.base, &tv);
 	event_base_dispatch(ctl.base);
@@ -105,6 +117,12 @@ ctl_request(const char *path, uint16_t type)
 		fatalx("no answer from the daemon: %s",
 		    ctl.error != NULL ? ctl.error : "timed out");
 	return ctl.reply;
+}
+
+static struct json_object *
+ctl_request(const char *path, uint16_t type)
+{
+	return ctl_request_payload(path, type, NULL);
 }
 
 static const char *
@@ -163,6 +181,75 @@ cmd_reload(const char *path)
 	return ok ? 0 : 1;
 }
 
+static void
+print_json(struct json_object *o)
+{
+	printf("%s\n", json_object_to_json_string_ext(o,
+	    JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE));
+}
+
+/* `server tools NAME` and `server call [-u U] [-c C] NAME TOOL [JSON]`. */
+static int
+cmd_server(const char *path, int argc, char *argv[])
+{
+	struct json_object	*req, *r, *v, *args;
+	const char		*user = NULL, *conv = NULL;
+	int			 ch, ok = 0;
+
+	if (argc < 1)
+		usage();
+	req = json_object_new_object();
+	json_object_object_add(req, "op", json_object_new_string(argv[0]));
+	optind = 1;
+	while ((ch = getopt(argc, argv, "u:c:")) != -1) {
+		switch (ch) {
+		case 'u':
+			user = optarg;
+			break;
+		case 'c':
+			conv = optarg;
+			break;
+		default:
+			usage();
+		}
+	}
+	argc -= optind;
+	argv += optind;
+	if (strcmp(json_object_get_string(json_object_object_get(req, "op")),
+	    "tools") == 0 && argc == 1)
+		;
+	else if (strcmp(json_object_get_string(json_object_object_get(req,
+	    "op")), "call") == 0 && (argc == 2 || argc == 3)) {
+		args = json_parse_object(argc == 3 ? argv[2] : "{}",
+		    strlen(argc == 3 ? argv[2] : "{}"));
+		if (args == NULL)
+			fatalx("arguments must be a JSON object: %s", argv[2]);
+		json_object_object_add(req, "tool",
+		    json_object_new_string(argv[1]));
+		json_object_object_add(req, "arguments", args);
+	} else
+		usage();
+	json_object_object_add(req, "server", json_object_new_string(argv[0]));
+	if (user != NULL)
+		json_object_object_add(req, "user", json_object_new_string(user));
+	if (conv != NULL)
+		json_object_object_add(req, "conversation",
+		    json_object_new_string(conv));
+	r = ctl_request_payload(path, MSG_CTL_SERVER, req);
+	json_object_put(req);
+	(void)json_get_bool(r, "ok", 0, &ok);
+	if (!ok) {
+		v = json_object_object_get(r, "error");
+		fprintf(stderr, "mcpbrokerctl: %s\n", json_object_is_type(v,
+		    json_type_object) ? jstr(v, "message") :
+		    json_object_get_string(v));
+	} else if (json_object_object_get_ex(r, "result", &v) ||
+	    json_object_object_get_ex(r, "tools", &v))
+		print_json(v);
+	json_object_put(r);
+	return ok ? 0 : 1;
+}
+
 int
 main(int argc, char *argv[])
 {
@@ -171,7 +258,7 @@ main(int argc, char *argv[])
 
 	log_init(1, 0, LOG_USER);
 	log_procinit("mcpbrokerctl");
-	while ((ch = getopt(argc, argv, "s:")) != -1) {
+	while ((ch = getopt(argc, argv, "+s:")) != -1) {
 		switch (ch) {
 		case 's':
 			path = optarg;
@@ -182,11 +269,15 @@ main(int argc, char *argv[])
 	}
 	argc -= optind;
 	argv += optind;
-	if (argc != 1)
+	if (argc < 1)
 		usage();
 	if (strcmp(argv[0], "status") == 0)
 		return cmd_status(path);
 	if (strcmp(argv[0], "reload") == 0)
 		return cmd_reload(path);
+	if (strcmp(argv[0], "server") == 0)
+		return cmd_server(path, argc - 1, argv + 1);
+	if (strcmp(argv[0], "mcp") == 0)
+		return ctl_mcp(argc - 1, argv + 1);
 	usage();
 }

@@ -67,10 +67,27 @@ static void	parent_spawn(struct child_proc *);
 static void	worker_backoff(struct child_proc *);
 static void	parent_shutdown(int);
 
-/* What the parent accepts from any child. */
+/* What the parent accepts from the frontend and the controller. */
 static const struct dispatch parent_dispatch_child[] = {
 	{ MSG_CONF_ACK, parent_recv_ack, 0 },
 	{ MSG_LOG, parent_recv_log, 0 },
+	DISPATCH_END
+};
+
+/* The controller also answers administrators' requests. */
+static const struct dispatch parent_dispatch_controller[] = {
+	{ MSG_CONF_ACK, parent_recv_ack, 0 },
+	{ MSG_LOG, parent_recv_log, 0 },
+	{ MSG_ADMIN_REP, control_recv_admin_rep, 0 },
+	DISPATCH_END
+};
+
+/* Workers may also ask for their stdio server instances. */
+static const struct dispatch parent_dispatch_worker[] = {
+	{ MSG_CONF_ACK, parent_recv_ack, 0 },
+	{ MSG_LOG, parent_recv_log, 0 },
+	{ MSG_INSTANCE_SPAWN, parent_recv_instance_spawn, 0 },
+	{ MSG_INSTANCE_STOP, parent_recv_instance_stop, 0 },
 	DISPATCH_END
 };
 
@@ -119,7 +136,9 @@ child_new(enum proc_kind kind, const char *name)
 		snprintf(pname, sizeof(pname), "worker %s", name);
 	else
 		snprintf(pname, sizeof(pname), "%s", name);
-	peer_init(&cp->cp_peer, kind, pname, parent_dispatch_child,
+	peer_init(&cp->cp_peer, kind, pname, kind == PROC_WORKER ?
+	    parent_dispatch_worker : kind == PROC_CONTROLLER ?
+	    parent_dispatch_controller : parent_dispatch_child,
 	    parent_child_lost, cp);
 	TAILQ_INSERT_TAIL(&parent.children, cp, cp_entry);
 	return cp;
@@ -425,7 +444,34 @@ worker_backoff(struct child_proc *cp)
 	child_timer_set(cp, delay);
 }
 
-static void
+struct peer *
+parent_controller(void)
+{
+	struct child_proc *cp = child_find(PROC_CONTROLLER, NULL);
+
+	return cp != NULL ? &cp->cp_peer : NULL;
+}
+
+struct mcpbroker_conf *
+parent_conf(void)
+{
+	return parent.conf;
+}
+
+struct event_base *
+parent_base(void)
+{
+	return parent.base;
+}
+
+void
+parent_run_ids(uid_t *uid, gid_t *gid)
+{
+	*uid = parent.uid;
+	*gid = parent.gid;
+}
+
+void
 describe_status(int status, char *buf, size_t len)
 {
 	if (WIFEXITED(status))
@@ -459,6 +505,7 @@ tell_controller_down(struct child_proc *worker)
 static void
 worker_exited(struct child_proc *cp)
 {
+	parent_instances_orphaned(cp);
 	if (cp->cp_timer != NULL)
 		evtimer_del(cp->cp_timer);
 	if (cp->cp_retired) {
@@ -519,6 +566,8 @@ sigchld_cb(int sig, short ev, void *arg)
 	(void)ev;
 	(void)arg;
 	while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+		if (parent_instance_reaped(pid, status))
+			continue;
 		TAILQ_FOREACH_SAFE(cp, &parent.children, cp_entry, next)
 			if (cp->cp_pid == pid) {
 				child_exited(cp, status);
@@ -559,6 +608,8 @@ parent_shutdown(int code)
 	log_info("shutting down");
 	control_stop();
 	TAILQ_FOREACH(cp, &parent.children, cp_entry) {
+		if (cp->cp_kind == PROC_WORKER)
+			parent_instances_orphaned(cp);
 		if (cp->cp_timer != NULL)
 			evtimer_del(cp->cp_timer);
 		if (cp->cp_pid > 0) {
@@ -947,6 +998,7 @@ parent_cleanup(void)
 	struct child_proc	*cp;
 	size_t			 i;
 
+	parent_instances_kill_all();
 	while ((cp = TAILQ_FIRST(&parent.children)) != NULL)
 		child_free(cp);
 	for (i = 0; i < parent.nlisteners; i++)

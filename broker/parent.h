@@ -37,7 +37,24 @@ struct child_list	*parent_children(void);
 /* Re-read the configuration; NULL on success, else why (static). */
 const char		*parent_reload(void);
 
+struct mcpbroker_conf	*parent_conf(void);
+struct peer		*parent_controller(void);
+struct event_base	*parent_base(void);
+void			 parent_run_ids(uid_t *, gid_t *);
+void			 describe_status(int status, char *buf, size_t len);
+
+/* parent_instance.c: stdio server instances for workers */
+int	parent_recv_instance_spawn(struct peer *, struct msg *,
+	    struct json_object *);
+int	parent_recv_instance_stop(struct peer *, struct msg *,
+	    struct json_object *);
+int	parent_instance_reaped(pid_t, int status);
+void	parent_instances_orphaned(const struct child_proc *);
+void	parent_instances_kill_all(void);
+
 int	control_listen(const char *path);
+int	control_recv_admin_rep(struct peer *, struct msg *,
+	    struct json_object *);
 void	control_start(struct event_base *, int fd);
 void	control_stop(void);
 

@@ -27,6 +27,8 @@
 struct ctl_client {
 	TAILQ_ENTRY(ctl_client)	 cc_entry;
 	struct peer		 cc_peer;
+	uint64_t		 cc_admin_id;	/* request at the controller */
+	uint64_t		 cc_request_id;	/* the client's own id */
 };
 TAILQ_HEAD(ctl_client_list, ctl_client);
 
@@ -35,16 +37,20 @@ static struct {
 	struct event		*ev;
 	struct ctl_client_list	 clients;
 	size_t			 nclients;
+	uint64_t		 next_admin;
 } control;
 
 static int	parent_recv_ctl_status(struct peer *, struct msg *,
 		    struct json_object *);
 static int	parent_recv_ctl_reload(struct peer *, struct msg *,
 		    struct json_object *);
+static int	parent_recv_ctl_server(struct peer *, struct msg *,
+		    struct json_object *);
 
 static const struct dispatch parent_dispatch_ctl[] = {
 	{ MSG_CTL_STATUS, parent_recv_ctl_status, 0 },
 	{ MSG_CTL_RELOAD, parent_recv_ctl_reload, 0 },
+	{ MSG_CTL_SERVER, parent_recv_ctl_server, 0 },
 	DISPATCH_END
 };
 
@@ -227,6 +233,49 @@ parent_recv_ctl_reload(struct peer *p, struct msg *m, struct json_object *o)
 	(void)peer_send(p, MSG_CTL_REPLY, m->m_hdr.mh_id, -1, reply);
 	json_object_put(reply);
 	return 0;
+}
+
+/*
+ * Server requests go to the controller, which knows the workers; one at a
+ * time per client.  The payload is checked there, field by field.
+ */
+static int
+parent_recv_ctl_server(struct peer *p, struct msg *m, struct json_object *o)
+{
+	struct ctl_client	*cc = p->p_arg;
+	struct peer		*ctlr = parent_controller();
+	struct json_object	*r;
+
+	if (cc->cc_admin_id != 0)
+		return -1;
+	if (ctlr == NULL || !peer_connected(ctlr)) {
+		r = json_object_new_object();
+		json_object_object_add(r, "ok", json_object_new_boolean(0));
+		json_object_object_add(r, "error",
+		    json_object_new_string("the controller is not running"));
+		(void)peer_send(p, MSG_CTL_REPLY, m->m_hdr.mh_id, -1, r);
+		json_object_put(r);
+		return 0;
+	}
+	cc->cc_admin_id = ++control.next_admin;
+	cc->cc_request_id = m->m_hdr.mh_id;
+	return peer_send(ctlr, MSG_ADMIN_REQ, cc->cc_admin_id, -1, o);
+}
+
+int
+control_recv_admin_rep(struct peer *p, struct msg *m, struct json_object *o)
+{
+	struct ctl_client *cc;
+
+	(void)p;
+	TAILQ_FOREACH(cc, &control.clients, cc_entry)
+		if (cc->cc_admin_id == m->m_hdr.mh_id) {
+			cc->cc_admin_id = 0;
+			(void)peer_send(&cc->cc_peer, MSG_CTL_REPLY,
+			    cc->cc_request_id, -1, o);
+			break;
+		}
+	return 0;	/* the client may have gone */
 }
 
 void

@@ -27,10 +27,26 @@ enum msg_type {
 				 *  child applies it (and its sandbox) */
 	MSG_START,		/* {}: begin serving */
 	MSG_WORKER_DOWN,	/* to controller {name, status, restarts} */
+	MSG_INSTANCE_FD,	/* to worker, +fd {which:"stdin"|"stdout"|
+				 *  "stderr"}; id: the worker's instance */
+	MSG_INSTANCE_STARTED,	/* to worker {pid}; id: instance; after its
+				 *  three INSTANCE_FDs */
+	MSG_INSTANCE_EXIT,	/* to worker {status}; id: instance; it exited
+				 *  or could not be started (status says why) */
+	MSG_ADMIN_REQ,		/* to controller {op:"tools"|"call", server,
+				 *  tool?, arguments?, user?, conversation?}:
+				 *  an administrator's request, from
+				 *  mcpbrokerctl; id: the parent's */
 
 	/* any child -> parent, 100..199 */
 	MSG_CONF_ACK = 100,	/* {}: config applied, sandbox in place */
 	MSG_LOG,		/* {priority, line}: a log line to write */
+	MSG_INSTANCE_SPAWN,	/* worker -> parent {}; id: a new instance
+				 *  number: start one of our stdio server */
+	MSG_INSTANCE_STOP,	/* worker -> parent {}; id: instance: stop it
+				 *  (process group SIGTERM, SIGKILL after 2 s) */
+	MSG_ADMIN_REP,		/* controller -> parent {ok, error?, tools?,
+				 *  result?}; id: the ADMIN_REQ's */
 
 	/* frontend <-> controller, 200..299 */
 	MSG_READY_REQ = 200,	/* frontend -> controller {} */
@@ -40,10 +56,22 @@ enum msg_type {
 	/* controller <-> worker, 300..399 */
 	MSG_WORKER_READY = 300,	/* worker -> controller {name} */
 	MSG_WORKER_STATE,	/* worker -> controller {name, state, error?} */
+	MSG_WORKER_TOOLS,	/* worker -> controller {name, tools:[Tool]}:
+				 *  the server's tools, after every change */
+	MSG_TOOL_CALL,		/* controller -> worker {tool, arguments, user?,
+				 *  conversation?, timeout_ms?}; id: the call */
+	MSG_TOOL_RESULT,	/* worker -> controller {result} or
+				 *  {error:{code, message}}; id: the call */
+	MSG_TOOL_PROGRESS,	/* worker -> controller {progress, total?,
+				 *  message?}; id: the call */
+	MSG_TOOL_CANCEL,	/* controller -> worker {reason?}; id: the call */
 
 	/* mcpbrokerctl <-> parent over the control socket, 400..499 */
 	MSG_CTL_STATUS = 400,	/* ctl -> parent {} */
 	MSG_CTL_RELOAD,		/* ctl -> parent {} */
+	MSG_CTL_SERVER,		/* ctl -> parent {op, server, tool?,
+				 *  arguments?, user?, conversation?}: passed
+				 *  to the controller as ADMIN_REQ */
 	MSG_CTL_REPLY,		/* parent -> ctl {ok, error?, ...} */
 
 	MSG_TYPE_MAX

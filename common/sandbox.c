@@ -1,6 +1,7 @@
 #include <sys/capability.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 
 #include <errno.h>
@@ -100,7 +101,7 @@ static const int sc_base[] = {
 static const int sc_frontend[] = {
 	SCMP_SYS(accept4), SCMP_SYS(accept), SCMP_SYS(setsockopt),
 	SCMP_SYS(getsockopt), SCMP_SYS(getsockname), SCMP_SYS(getpeername),
-	SCMP_SYS(shutdown), SCMP_SYS(ioctl),
+	SCMP_SYS(shutdown),
 	-1
 };
 
@@ -112,7 +113,7 @@ static const int sc_controller[] = {
 	SCMP_SYS(fchown), SCMP_SYS(fchmod), SCMP_SYS(geteuid),
 	SCMP_SYS(getuid), SCMP_SYS(flock), SCMP_SYS(access),
 	SCMP_SYS(faccessat), SCMP_SYS(faccessat2), SCMP_SYS(stat),
-	SCMP_SYS(lstat), SCMP_SYS(readlink), SCMP_SYS(ioctl),
+	SCMP_SYS(lstat), SCMP_SYS(readlink),
 	-1
 };
 
@@ -164,8 +165,8 @@ sandbox_sigsys(int sig, siginfo_t *si, void *ctx)
 	(void)ctx;
 	n = snprintf(buf, sizeof(buf), "%s: seccomp: forbidden syscall %d\n",
 	    log_procname(), si->si_syscall);
-	if (n > 0)
-		(void)write(STDERR_FILENO, buf, n);
+	if (n > 0 && write(STDERR_FILENO, buf, n) == -1)
+		_exit(158);
 	_exit(159);
 }
 #endif
@@ -179,6 +180,15 @@ sandbox_allow(scmp_filter_ctx ctx, const int *list)
 		if ((rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, *list, 0)) < 0 &&
 		    rc != -EEXIST)
 			fatalx("seccomp_rule_add(%d): %s", *list, strerror(-rc));
+}
+
+/* ioctl only to ask how many bytes wait on a descriptor (libevent). */
+static void
+sandbox_allow_fionread(scmp_filter_ctx ctx)
+{
+	if (seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(ioctl), 1,
+	    SCMP_A1(SCMP_CMP_EQ, FIONREAD)) < 0)
+		fatalx("seccomp_rule_add(ioctl)");
 }
 
 #ifndef MCPBROKER_SANITIZE
@@ -214,6 +224,7 @@ sandbox_seccomp(enum proc_kind kind)
 	if ((ctx = seccomp_init(deny)) == NULL)
 		fatalx("seccomp_init failed");
 	sandbox_allow(ctx, sc_base);
+	sandbox_allow_fionread(ctx);
 #ifdef MCPBROKER_SANITIZE
 	sandbox_allow(ctx, sc_sanitizer);
 #else

@@ -12,17 +12,19 @@ import unittest
 
 from broker import (MCPBROKER, Broker, pid_alive, proc_status, wait_for)
 
+OK_SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                         "..", "fixtures", "hostile_mcp_server.py")
 TWO_SERVERS = """
-server "files" { command "cat" }
-server "notes" { command "cat" }
-"""
+server "files" { command "python3" "%s" "ok" }
+server "notes" { command "python3" "%s" "ok" }
+""" % (OK_SERVER, OK_SERVER)
 
 
 class DaemonTest(unittest.TestCase):
-    def broker(self, body=TWO_SERVERS, **kw):
+    def broker(self, body=TWO_SERVERS, wait_ready=True, **kw):
         b = Broker(body, **kw)
         self.addCleanup(b.stop)
-        return b.start()
+        return b.start(wait_ready=wait_ready)
 
     def test_healthz_and_readyz(self):
         b = self.broker()
@@ -164,7 +166,7 @@ class DaemonTest(unittest.TestCase):
             f.write("first-token\n")
         body = TWO_SERVERS + ('server "jira" { url "https://127.0.0.1:1/mcp" '
                               'bearer-token-file "%s" }' % token)
-        b = self.broker(body)
+        b = self.broker(body, wait_ready=False)
         before = b.processes()
         b.ctl("reload")
         self.assertEqual(b.processes()["worker jira"]["pid"],

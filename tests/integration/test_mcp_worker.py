@@ -1,0 +1,159 @@
+"""Workers in the running daemon: stdio server instances spawned by the
+parent, their sandbox, isolation per user, failures reported precisely."""
+import json
+import os
+import pwd
+import signal
+import socket
+import unittest
+
+from broker import Broker, pid_alive, proc_status, wait_for
+from mcpfixtures import EVERYTHING, HOSTILE, NET_PROBE, node
+
+
+def q(s):
+    return '"%s"' % s
+
+
+class WorkerTest(unittest.TestCase):
+    def broker(self, body, **kw):
+        b = Broker(body, **kw)
+        self.addCleanup(b.stop)
+        return b.start()
+
+    def call(self, b, server, tool, args="{}", user=None, check=True):
+        extra = ["-u", user] if user else []
+        r = b.ctl("server", "call", *extra, server, tool, args, check=False)
+        if check:
+            self.assertEqual(r.returncode, 0, r.stderr)
+            return json.loads(r.stdout)
+        return r
+
+    def probe(self, b, server, tool, args="{}", user=None):
+        res = self.call(b, server, tool, args, user=user)
+        return json.loads(res["content"][0]["text"])
+
+    def test_ready_with_tools_and_calls_work(self):
+        b = self.broker('server "every" { command %s %s "stdio" }'
+                        % (q(node()), q(EVERYTHING)))
+        status, doc = b.get("/readyz")
+        self.assertEqual(status, 200)
+        self.assertEqual(doc["servers"][0]["state"], "ready")
+        self.assertGreaterEqual(doc["servers"][0]["tools"], 10)
+        tools = json.loads(b.ctl("server", "tools", "every").stdout)
+        self.assertIn("echo", [t["name"] for t in tools])
+        res = self.call(b, "every", "echo", '{"message":"through the '
+                        'daemon"}')
+        self.assertEqual(res["content"][0]["text"], "Echo: through the "
+                         "daemon")
+
+    def test_instance_sandbox(self):
+        b = self.broker('server "probe" { command "python3" %s }'
+                        % q(NET_PROBE))
+        info = self.probe(b, "probe", "whoami")
+        pid = info["pid"]
+        self.assertEqual(info["pgid"], pid)      # own process group
+        self.assertEqual(info["sid"], pid)       # own session
+        st = proc_status(pid)
+        self.assertEqual(st["CapEff"], "0000000000000000")
+        self.assertEqual(st["CapPrm"], "0000000000000000")
+        self.assertEqual(st["NoNewPrivs"], "1")
+        if os.geteuid() == 0:
+            nobody = pwd.getpwnam("nobody").pw_uid
+            self.assertEqual(set(st["Uid"].split()), {str(nobody)})
+            self.assertEqual(st["CapBnd"], "0000000000000000")
+        # What exec gave it (Python itself may add LC_CTYPE afterwards).
+        with open("/proc/%d/environ" % pid, "rb") as f:
+            keys = {kv.split(b"=", 1)[0].decode()
+                    for kv in f.read().split(b"\0") if kv}
+        self.assertEqual(keys, {"HOME", "LOGNAME", "PATH", "SHELL", "TERM",
+                                "USER"})
+        # The worker itself is sandboxed and is not the instance's parent.
+        worker = b.processes()["worker probe"]["pid"]
+        self.assertEqual(proc_status(worker)["Seccomp"], "2")
+        self.assertNotEqual(int(proc_status(pid)["PPid"]), worker)
+
+    def test_env_passes_only_what_the_config_names(self):
+        os.environ["MCPBROKER_T_PASS"] = "passed"
+        os.environ["MCPBROKER_T_SECRET"] = "sk-not-for-servers"
+        self.addCleanup(os.environ.pop, "MCPBROKER_T_PASS")
+        self.addCleanup(os.environ.pop, "MCPBROKER_T_SECRET")
+        b = self.broker('server "probe" { command "python3" %s '
+                        'env "MCPBROKER_T_PASS" }' % q(NET_PROBE))
+        info = self.probe(b, "probe", "whoami")
+        self.assertIn("MCPBROKER_T_PASS", info["env_keys"])
+        self.assertNotIn("MCPBROKER_T_SECRET", info["env_keys"])
+        with open("/proc/%d/environ" % info["pid"], "rb") as f:
+            self.assertNotIn(b"sk-not-for-servers", f.read())
+
+    def test_network_none_blocks_tcp(self):
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        self.addCleanup(listener.close)
+        port = listener.getsockname()[1]
+        b = self.broker('server "open" { command "python3" %s }\n'
+                        'server "closed" { command "python3" %s '
+                        'network none }' % (q(NET_PROBE), q(NET_PROBE)))
+        args = '{"host":"127.0.0.1","port":%d}' % port
+        res = self.call(b, "open", "connect", args)
+        self.assertEqual(res["content"][0]["text"], "connected")
+        res = self.call(b, "closed", "connect", args)
+        self.assertTrue(res["content"][0]["text"].startswith("error"),
+                        res)
+
+    def test_per_user_isolation(self):
+        b = self.broker('server "probe" { command "python3" %s '
+                        'isolation per-user }' % q(NET_PROBE))
+        alice1 = self.probe(b, "probe", "whoami", user="alice")["pid"]
+        alice2 = self.probe(b, "probe", "whoami", user="alice")["pid"]
+        bob = self.probe(b, "probe", "whoami", user="bob")["pid"]
+        self.assertEqual(alice1, alice2)
+        self.assertNotEqual(alice1, bob)
+        r = self.call(b, "probe", "whoami", check=False)   # no user given
+        self.assertNotEqual(r.returncode, 0)
+
+    def test_server_exit_mid_call_is_reported_and_recovers(self):
+        b = self.broker('server "bad" { command "python3" %s '
+                        '"exit-mid-call" }' % q(HOSTILE))
+        r = self.call(b, "bad", "echo", '{"text":"x"}', check=False)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn('server "bad" exited with status 3', r.stderr)
+        b.wait_log(r"server bad: .*exited with status 3; retrying in")
+        wait_for(lambda: b.get("/readyz")[0] == 200, timeout=15,
+                 what="the server back after its exit")
+
+    def test_command_not_found_is_down_with_the_reason(self):
+        b = Broker('server "gone" { command "/nonexistent/srv" }')
+        self.addCleanup(b.stop)
+        b.start(wait_ready=False)
+        status, doc = wait_for(lambda: (lambda r: r if r[0] == 503 and
+                               r[1]["servers"][0]["state"] == "down" and
+                               "error" in r[1]["servers"][0] else None)(
+                               b.get("/readyz")), what="down state")
+        self.assertIn('cannot execute "/nonexistent/srv"',
+                      doc["servers"][0]["error"])
+
+    def test_killed_instance_is_replaced(self):
+        b = self.broker('server "probe" { command "python3" %s }'
+                        % q(NET_PROBE))
+        first = self.probe(b, "probe", "whoami")["pid"]
+        os.kill(first, signal.SIGKILL)
+        wait_for(lambda: not pid_alive(first))
+        b.wait_log(r"server probe: .*killed by signal 9")
+        wait_for(lambda: b.get("/readyz")[0] == 200, timeout=15)
+        second = self.probe(b, "probe", "whoami")["pid"]
+        self.assertNotEqual(first, second)
+
+    def test_instances_die_with_the_daemon(self):
+        b = self.broker('server "probe" { command "python3" %s }'
+                        % q(NET_PROBE))
+        pid = self.probe(b, "probe", "whoami")["pid"]
+        b.signal(signal.SIGTERM)
+        self.assertEqual(b.wait_exit(timeout=15), 0)
+        wait_for(lambda: not pid_alive(pid), timeout=5,
+                 what="instance gone")
+
+
+if __name__ == "__main__":
+    unittest.main()
