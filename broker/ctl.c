@@ -34,7 +34,7 @@ static void __attribute__((noreturn))
 usage(void)
 {
 	fprintf(stderr,
-	    "usage: mcpbrokerctl [-s socket] command\n"
+	    "usage: mcpbrokerctl [-v] [-s socket] command\n"
 	    "commands:\n"
 	    "  status    each process with its pid, state and restart count\n"
 	    "  reload    re-read the configuration (like SIGHUP)\n"
@@ -258,10 +258,13 @@ main(int argc, char *argv[])
 
 	log_init(1, 0, LOG_USER);
 	log_procinit("mcpbrokerctl");
-	while ((ch = getopt(argc, argv, "+s:")) != -1) {
+	while ((ch = getopt(argc, argv, "+s:v")) != -1) {
 		switch (ch) {
 		case 's':
 			path = optarg;
+			break;
+		case 'v':
+			log_setverbose(log_getverbose() + 1);
 			break;
 		default:
 			usage();

@@ -28,7 +28,9 @@
 #include "common/util.h"
 #include "worker/instance.h"
 #include "worker/mcp.h"
+#include "worker/mcp_http.h"
 #include "worker/mcp_stdio.h"
+#include "common/http_client.h"
 
 #define CTL_MCP_TIMEOUT_MS	30000
 #define CTL_MCP_MAX_ENV		16
@@ -43,6 +45,7 @@ static struct {
 	int			 status;	/* exit code of the command */
 	int			 finished;
 	uint64_t		 timeout_ms;	/* each request; -T */
+	const char		*scenario;	/* conformance */
 	char			*env[CTL_MCP_MAX_ENV];	/* -e NAME */
 	size_t			 nenv;
 	char			 eof[256];
@@ -78,13 +81,82 @@ done_cb(struct mcp_session *s, struct json_object *res,
 	finish(0);
 }
 
+/* Arguments for a tool we know only by its schema: 1s and "test"s. */
+static struct json_object *
+sample_arguments(struct json_object *tool)
+{
+	struct json_object	*args = json_object_new_object(), *schema;
+	struct json_object	*props, *type;
+
+	if (!json_object_object_get_ex(tool, "inputSchema", &schema) ||
+	    !json_object_object_get_ex(schema, "properties", &props) ||
+	    !json_object_is_type(props, json_type_object))
+		return args;
+	json_object_object_foreach(props, key, prop) {
+		if (!json_object_object_get_ex(prop, "type", &type))
+			continue;
+		if (strcmp(json_object_get_string(type), "number") == 0 ||
+		    strcmp(json_object_get_string(type), "integer") == 0)
+			json_object_object_add(args, key,
+			    json_object_new_int(1));
+		else if (strcmp(json_object_get_string(type), "string") == 0)
+			json_object_object_add(args, key,
+			    json_object_new_string("test"));
+		else if (strcmp(json_object_get_string(type), "boolean") == 0)
+			json_object_object_add(args, key,
+			    json_object_new_boolean(1));
+	}
+	return args;
+}
+
+/*
+ * The conformance suite's client scenarios: list the tools, then call the
+ * one the scenario checks for (add_numbers), or the first one.
+ */
+static void
+conformance_listed(struct mcp_session *s, struct json_object *res,
+    const struct mcp_error *err, void *arg)
+{
+	struct json_object	*tools, *t, *pick = NULL, *name;
+	size_t			 i;
+
+	(void)arg;
+	if (err != NULL) {
+		done_cb(s, NULL, err, NULL);
+		return;
+	}
+	if (!json_object_object_get_ex(res, "tools", &tools) ||
+	    json_object_array_length(tools) == 0) {
+		finish(0);
+		return;
+	}
+	for (i = 0; i < json_object_array_length(tools); i++) {
+		t = json_object_array_get_idx(tools, i);
+		if (json_object_object_get_ex(t, "name", &name) &&
+		    strcmp(json_object_get_string(name), "add_numbers") == 0)
+			pick = t;
+	}
+	if (pick == NULL)
+		pick = json_object_array_get_idx(tools, 0);
+	json_object_object_get_ex(pick, "name", &name);
+	(void)mcp_call_tool(s, json_object_get_string(name),
+	    sample_arguments(pick), cm.timeout_ms, done_cb, NULL, NULL);
+}
+
 static void
 on_ready(struct mcp_session *s, void *arg)
 {
 	(void)arg;
 	fprintf(stderr, "mcpbrokerctl: connected (%s era, protocol %s)\n",
 	    mcp_era_str(mcp_session_era(s)), mcp_session_version(s));
-	if (strcmp(cm.op, "tools") == 0)
+	if (strcmp(cm.op, "conformance") == 0) {
+		if (cm.scenario != NULL && strcmp(cm.scenario, "initialize") ==
+		    0)
+			finish(0);
+		else
+			mcp_list_tools(s, cm.timeout_ms, conformance_listed,
+			    NULL);
+	} else if (strcmp(cm.op, "tools") == 0)
 		mcp_list_tools(s, cm.timeout_ms, done_cb, NULL);
 	else {
 		(void)mcp_call_tool(s, cm.tool, cm.args, cm.timeout_ms,
@@ -206,6 +278,49 @@ run_stdio(char **cmd, int ncmd)
 	return cm.status;
 }
 
+/* An http(s) server, streamable HTTP or (--sse) the 2024-11-05 transport. */
+static int
+run_http(const char *url, int sse)
+{
+	struct http_client_opts	 co;
+	struct mcp_http_opts	 ho;
+	struct mcp_session_opts	 so;
+	struct http_client	*client;
+	struct mcp_http		*t;
+	struct timeval		 tv = { 3, 0 };
+
+	memset(&co, 0, sizeof(co));
+	if ((client = http_client_new(cm.base, &co)) == NULL)
+		return 1;
+	memset(&ho, 0, sizeof(ho));
+	ho.ho_name = "cli";
+	ho.ho_url = url;
+	ho.ho_kind = sse ? MCP_HTTP_SSE : MCP_HTTP_STREAMABLE;
+	ho.ho_connect_timeout_ms = 10000;
+	ho.ho_call_timeout_ms = cm.timeout_ms;
+	t = mcp_http_new(cm.base, client, &ho);
+	memset(&so, 0, sizeof(so));
+	so.so_name = "cli";
+	so.so_connect_timeout_ms = cm.timeout_ms;
+	so.so_era_hint = sse ? MCP_ERA_LEGACY : MCP_ERA_UNKNOWN;
+	so.so_can_cancel_by_notification = sse;
+	if ((cm.session = mcp_session_new(cm.base, &so, &mcp_http_ops, t, &cbs,
+	    NULL)) == NULL)
+		fatalx("mcp_session_new");
+	mcp_http_attach(t, cm.session);
+	mcp_session_start(cm.session);
+	event_base_dispatch(cm.base);
+	mcp_session_free(cm.session);
+	/* Let a closing DELETE reach the server, briefly. */
+	event_base_loopexit(cm.base, &tv);
+	while (mcp_http_busy() > 0 &&
+	    event_base_loop(cm.base, EVLOOP_ONCE) == 0 &&
+	    !event_base_got_exit(cm.base))
+		;
+	http_client_free(client);
+	return cm.status;
+}
+
 static void __attribute__((noreturn))
 mcp_usage(void)
 {
@@ -213,7 +328,9 @@ mcp_usage(void)
 	    "[-e NAME]... -- COMMAND [ARG...]\n"
 	    "       mcpbrokerctl mcp call [--sse] [-T ms] URL TOOL [JSON]\n"
 	    "       mcpbrokerctl mcp call [-T ms] [-e NAME]... -- COMMAND "
-	    "[ARG...] TOOL JSON\n");
+	    "[ARG...] TOOL JSON\n"
+	    "       mcpbrokerctl mcp conformance URL   (for the MCP "
+	    "conformance suite)\n");
 	exit(2);
 }
 
@@ -239,8 +356,10 @@ ctl_mcp(int argc, char *argv[])
 	cm.op = argv[0];
 	cm.timeout_ms = CTL_MCP_TIMEOUT_MS;
 	call = strcmp(cm.op, "call") == 0;
-	if (!call && strcmp(cm.op, "tools") != 0)
+	if (!call && strcmp(cm.op, "tools") != 0 &&
+	    strcmp(cm.op, "conformance") != 0)
 		mcp_usage();
+	cm.scenario = getenv("MCP_CONFORMANCE_SCENARIO");
 	for (i = 1; i < argc && argv[i][0] == '-' &&
 	    strcmp(argv[i], "--") != 0; i++) {
 		if (strcmp(argv[i], "--sse") == 0)
@@ -278,22 +397,9 @@ ctl_mcp(int argc, char *argv[])
 			take_call_args(argv[i + 1], i + 2 < argc ?
 			    argv[i + 2] : "{}");
 		}
-		status = ctl_mcp_http(cm.base, argv[i], sse, cm.op, cm.tool,
-		    cm.args);
-		cm.args = NULL;
+		status = run_http(argv[i], sse);
 	}
 	json_object_put(cm.args);
 	event_base_free(cm.base);
 	return status;
-}
-
-int
-ctl_mcp_http(struct event_base *base, const char *url, int sse,
-    const char *op, const char *tool, struct json_object *args)
-{
-	(void)base; (void)sse; (void)op; (void)tool;
-	json_object_put(args);
-	fprintf(stderr, "mcpbrokerctl: %s: HTTP transports are not built "
-	    "yet\n", url);
-	return 1;
 }

@@ -550,7 +550,9 @@ session_initialize(struct mcp_session *s)
 	struct json_object *params, *info;
 
 	s->s_era = MCP_ERA_LEGACY;
-	snprintf(s->s_version, sizeof(s->s_version), "%s", legacy_versions[0]);
+	s->s_version[0] = '\0';	/* not negotiated yet */
+	if (s->s_ops->to_era != NULL)
+		s->s_ops->to_era(s->s_transport, s->s_era, s->s_version);
 	params = json_object_new_object();
 	info = json_object_new_object();
 	json_object_object_add(info, "name", json_object_new_string(
@@ -1063,6 +1065,7 @@ mcp_session_input(struct mcp_session *s, const char *buf, size_t len)
 		json_tokener_free(tok);
 		json_object_put(o);
 		bad_message(s, "output is not valid JSON");
+		log_debug("server %s: not JSON: %.80s", s->s_name, buf);
 		return;
 	}
 	json_tokener_free(tok);

@@ -59,7 +59,9 @@ def ctl_mcp(op, target, *rest, timeout_ms=None, env_names=(), env=None,
         args += ["-T", str(timeout_ms)]
     for name in env_names:
         args += ["-e", name]
-    if isinstance(target, str):
+    if isinstance(target, str) and target == "--sse":
+        args += ["--sse"] + list(rest)
+    elif isinstance(target, str):
         args += [target] + list(rest)
     else:
         args += ["--"] + list(target) + list(rest)
@@ -90,3 +92,50 @@ def ctl_mcp(op, target, *rest, timeout_ms=None, env_names=(), env=None,
         raise
     t.join()
     return Result(proc.returncode, out, err, peak[0])
+
+
+class HttpServer:
+    """A Node MCP server listening on a free loopback port, for one test."""
+
+    def __init__(self, cmd, port, env=None):
+        import socket as _socket
+        self.port = port
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL, env=env)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                _socket.create_connection(("127.0.0.1", port), 0.2).close()
+                return
+            except OSError:
+                if self.proc.poll() is not None:
+                    break
+                time.sleep(0.05)
+        self.stop()
+        raise AssertionError("MCP server %r did not listen on %d"
+                             % (cmd, port))
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def everything_http(transport):
+    """server-everything over streamableHttp or sse (PORT picks its port)."""
+    from broker import free_port
+    import os as _os
+    port = free_port()
+    env = dict(_os.environ, PORT=str(port))
+    return HttpServer(everything_cmd(transport), port, env=env)
+
+
+def v2_http():
+    from broker import free_port
+    port = free_port()
+    return HttpServer(v2_cmd("http", str(port), "127.0.0.1"), port)
