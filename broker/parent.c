@@ -88,6 +88,7 @@ static const struct dispatch parent_dispatch_worker[] = {
 	{ MSG_LOG, parent_recv_log, 0 },
 	{ MSG_INSTANCE_SPAWN, parent_recv_instance_spawn, 0 },
 	{ MSG_INSTANCE_STOP, parent_recv_instance_stop, 0 },
+	{ MSG_CONNECT, parent_recv_connect, 0 },
 	DISPATCH_END
 };
 
@@ -506,6 +507,7 @@ static void
 worker_exited(struct child_proc *cp)
 {
 	parent_instances_orphaned(cp);
+	parent_connects_orphaned(cp);
 	if (cp->cp_timer != NULL)
 		evtimer_del(cp->cp_timer);
 	if (cp->cp_retired) {
@@ -608,8 +610,10 @@ parent_shutdown(int code)
 	log_info("shutting down");
 	control_stop();
 	TAILQ_FOREACH(cp, &parent.children, cp_entry) {
-		if (cp->cp_kind == PROC_WORKER)
+		if (cp->cp_kind == PROC_WORKER) {
 			parent_instances_orphaned(cp);
+			parent_connects_orphaned(cp);
+		}
 		if (cp->cp_timer != NULL)
 			evtimer_del(cp->cp_timer);
 		if (cp->cp_pid > 0) {
@@ -999,6 +1003,7 @@ parent_cleanup(void)
 	size_t			 i;
 
 	parent_instances_kill_all();
+	parent_connects_free_all();
 	while ((cp = TAILQ_FIRST(&parent.children)) != NULL)
 		child_free(cp);
 	for (i = 0; i < parent.nlisteners; i++)

@@ -52,6 +52,14 @@ int	parent_instance_reaped(pid_t, int status);
 void	parent_instances_orphaned(const struct child_proc *);
 void	parent_instances_kill_all(void);
 
+/* parent_connect.c: outbound TCP connections for workers */
+int	parent_recv_connect(struct peer *, struct msg *,
+	    struct json_object *);
+/* Before the worker's channel is reused: drop its requests. */
+void	parent_connects_orphaned(const struct child_proc *);
+/* At exit, after the event loop, before the event base is freed. */
+void	parent_connects_free_all(void);
+
 int	control_listen(const char *path);
 int	control_recv_admin_rep(struct peer *, struct msg *,
 	    struct json_object *);

@@ -39,7 +39,6 @@
 #include "common/log.h"
 #include "common/util.h"
 
-#define HTTP_HOST_MAX	255
 #define HTTP_URL_MAX	8192
 #define HTTP_METHOD_MAX	32
 #define HTTP_WHY_MAX	512
@@ -430,6 +429,51 @@ url_parse(const char *url, struct http_url *u)
 	snprintf(u->u_key, sizeof(u->u_key), "%s://%s",
 	    u->u_tls ? "https" : "http", u->u_name);
 	return NULL;
+}
+
+const char *
+http_url_endpoint(const char *url, char *host, uint16_t *port)
+{
+	struct http_url	 u;
+	const char	*why;
+
+	if ((why = url_parse(url, &u)) != NULL)
+		return why;
+	memcpy(host, u.u_host, sizeof(u.u_host));
+	*port = u.u_port;
+	return NULL;
+}
+
+/*
+ * Strict on purpose: the caller grants a connection to exactly this
+ * endpoint, so anything that merely resolves alike (a trailing dot, an
+ * IPv4-mapped address) is a different request.
+ */
+int
+http_url_matches(const char *url, const char *host, uint16_t port)
+{
+	char		 want[HTTP_HOST_MAX + 1], got[HTTP_HOST_MAX + 1];
+	unsigned char	 a[sizeof(struct in6_addr)], b[sizeof(struct in6_addr)];
+	uint16_t	 want_port;
+	size_t		 n = strlen(host);
+	int		 bracketed = 0;
+
+	if (http_url_endpoint(url, want, &want_port) != NULL ||
+	    port != want_port)
+		return 0;
+	if (n >= 2 && host[0] == '[' && host[n - 1] == ']') {
+		bracketed = 1;
+		host++;
+		n -= 2;
+	}
+	if (n == 0 || n > HTTP_HOST_MAX)
+		return 0;
+	memcpy(got, host, n);
+	got[n] = '\0';
+	if (inet_pton(AF_INET6, got, a) == 1)
+		return inet_pton(AF_INET6, want, b) == 1 &&
+		    memcmp(a, b, sizeof(a)) == 0;
+	return !bracketed && strcasecmp(got, want) == 0;
 }
 
 /*

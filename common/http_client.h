@@ -137,4 +137,23 @@ int		 http_headers_at(const struct http_headers *, size_t i,
 
 const char	*http_err_str(int err);
 
+#define HTTP_HOST_MAX	255	/* a host name or IP literal, no brackets */
+
+/*
+ * URLs as the client reads them: http:// or https://, no user
+ * information, the port defaulting to 80 or 443.
+ *
+ * http_url_endpoint: the host (lower case, an IPv6 literal without
+ * brackets; host must have room for HTTP_HOST_MAX + 1 bytes) and port a
+ * request to url connects to; NULL, or why the URL is refused.
+ *
+ * http_url_matches: 1 if a connector's (host, port) is url's endpoint:
+ * the same name regardless of case, or the same IP address, an IPv6
+ * literal with or without brackets; 0 otherwise, and for a refused URL.
+ */
+const char	*http_url_endpoint(const char *url, char *host,
+		    uint16_t *port);
+int		 http_url_matches(const char *url, const char *host,
+		    uint16_t port);
+
 #endif

@@ -37,6 +37,9 @@ enum msg_type {
 				 *  tool?, arguments?, user?, conversation?}:
 				 *  an administrator's request, from
 				 *  mcpbrokerctl; id: the parent's */
+	MSG_CONNECTED,		/* to worker, +fd {}: a connected, non-blocking
+				 *  TCP socket; id: the CONNECT's */
+	MSG_CONNECT_FAILED,	/* to worker {error}; id: the CONNECT's */
 
 	/* any child -> parent, 100..199 */
 	MSG_CONF_ACK = 100,	/* {}: config applied, sandbox in place */
@@ -47,6 +50,10 @@ enum msg_type {
 				 *  (process group SIGTERM, SIGKILL after 2 s) */
 	MSG_ADMIN_REP,		/* controller -> parent {ok, error?, tools?,
 				 *  result?}; id: the ADMIN_REQ's */
+	MSG_CONNECT,		/* worker -> parent {host, port}; id: the
+				 *  worker's connect request number: open a
+				 *  TCP connection for me (only to the host
+				 *  and port of its server's url) */
 
 	/* frontend <-> controller, 200..299 */
 	MSG_READY_REQ = 200,	/* frontend -> controller {} */

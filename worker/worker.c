@@ -22,8 +22,11 @@
 #include "broker/mcpbroker.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "common/http_client.h"
 #include "worker/mcp.h"
+#include "worker/mcp_http.h"
 #include "worker/mcp_stdio.h"
+#include "worker/worker_connect.h"
 
 #define EXIT_WAIT_MS		1000	/* for the parent's exit status */
 #define REAP_INTERVAL_MS	5000
@@ -79,6 +82,10 @@ static struct {
 	struct event		*respawn;
 	struct event		*reaper;
 	int			 ready_sent;
+	struct http_client	*http;		/* url servers */
+	struct http_field	 headers[33];	/* Authorization, header lines */
+	size_t			 nheaders;
+	char			*authorization;
 } wk;
 
 static int	worker_recv_peer(struct peer *, struct msg *,
@@ -106,6 +113,8 @@ static const struct dispatch worker_dispatch_parent[] = {
 	{ MSG_INSTANCE_FD, worker_recv_instance_fd, DISPATCH_FD },
 	{ MSG_INSTANCE_STARTED, worker_recv_instance_started, 0 },
 	{ MSG_INSTANCE_EXIT, worker_recv_instance_exit, 0 },
+	{ MSG_CONNECTED, worker_recv_connected, DISPATCH_FD },
+	{ MSG_CONNECT_FAILED, worker_recv_connect_failed, 0 },
 	DISPATCH_END
 };
 
@@ -422,6 +431,37 @@ inst_eof(void *arg, const char *why)
 	evtimer_add(in->in_exit_timer, &tv);
 }
 
+/* An HTTP server's "instance" is an MCP session of its own. */
+static void
+inst_connect_http(struct inst *in)
+{
+	struct mcp_session_opts	 so;
+	struct mcp_http_opts	 ho;
+	struct mcp_http		*t;
+
+	memset(&ho, 0, sizeof(ho));
+	ho.ho_name = wk.name;
+	ho.ho_url = wk.srv->srv_url;
+	ho.ho_kind = wk.srv->srv_transport == TRANSPORT_SSE ? MCP_HTTP_SSE :
+	    MCP_HTTP_STREAMABLE;
+	ho.ho_headers = wk.headers;
+	ho.ho_nheaders = wk.nheaders;
+	ho.ho_connect_timeout_ms = wk.srv->srv_connect_timeout_ms;
+	ho.ho_call_timeout_ms = wk.srv->srv_call_timeout_ms;
+	t = mcp_http_new(child_base(), wk.http, &ho);
+	memset(&so, 0, sizeof(so));
+	so.so_name = wk.name;
+	so.so_connect_timeout_ms = wk.srv->srv_connect_timeout_ms;
+	so.so_era_hint = ho.ho_kind == MCP_HTTP_SSE ? MCP_ERA_LEGACY : wk.era;
+	so.so_can_cancel_by_notification = ho.ho_kind == MCP_HTTP_SSE;
+	if ((in->in_session = mcp_session_new(child_base(), &so, &mcp_http_ops,
+	    t, &session_cbs, in)) == NULL)
+		fatalx("mcp_session_new");
+	mcp_http_attach(t, in->in_session);
+	in->in_state = IS_CONNECTING;
+	mcp_session_start(in->in_session);
+}
+
 static void
 inst_spawn(const char *key)
 {
@@ -441,7 +481,9 @@ inst_spawn(const char *key)
 	TAILQ_INSERT_TAIL(&wk.insts, in, in_entry);
 	if (key[0] == '\0')
 		send_state("starting", NULL);
-	if (peer_send(child_parent(), MSG_INSTANCE_SPAWN, in->in_id, -1,
+	if (wk.srv->srv_transport != TRANSPORT_STDIO)
+		inst_connect_http(in);
+	else if (peer_send(child_parent(), MSG_INSTANCE_SPAWN, in->in_id, -1,
 	    NULL) == -1)
 		inst_down(in, "cannot reach the parent");
 }
@@ -724,19 +766,53 @@ worker_recv_peer(struct peer *p, struct msg *m, struct json_object *o)
 	return 0;
 }
 
+/*
+ * The HTTP client, made before the sandbox: it reads the CA store now.
+ * Connections are opened by the parent (worker_connector): the worker has
+ * no socket() and no DNS.
+ */
+static void
+http_setup(struct server_conf *srv)
+{
+	struct http_client_opts	 co;
+	struct header_conf	*hd;
+
+	memset(&co, 0, sizeof(co));
+	co.co_ca_file = srv->srv_ca_file;
+	co.co_connect = worker_connector;
+	if ((wk.http = http_client_new(child_base(), &co)) == NULL)
+		fatalx("server %s: cannot set up HTTPS (ca-file?)", wk.name);
+	if (srv->srv_bearer.sr_value != NULL) {
+		if (asprintf(&wk.authorization, "Bearer %s",
+		    srv->srv_bearer.sr_value) == -1)
+			fatal("asprintf");
+		wk.headers[wk.nheaders].hf_name = "Authorization";
+		wk.headers[wk.nheaders++].hf_value = wk.authorization;
+	}
+	TAILQ_FOREACH(hd, &srv->srv_headers, hd_entry) {
+		if (wk.nheaders == sizeof(wk.headers) / sizeof(wk.headers[0]))
+			break;
+		wk.headers[wk.nheaders].hf_name = hd->hd_name;
+		wk.headers[wk.nheaders++].hf_value = hd->hd_value;
+	}
+}
+
 static int
 worker_configure(struct mcpbroker_conf *conf, int reload)
 {
 	struct server_conf *srv;
 
-	(void)reload;
+	/* A changed server restarts its worker: configured once. */
+	if (reload || wk.conf != NULL)
+		return -1;
 	if ((srv = config_find_server(conf, wk.name)) == NULL) {
 		log_warnx("configuration has no server \"%s\"", wk.name);
 		return -1;
 	}
-	config_free(wk.conf);
 	wk.conf = conf;
 	wk.srv = srv;
+	if (srv->srv_transport != TRANSPORT_STDIO)
+		http_setup(srv);
 	return 0;
 }
 
@@ -753,10 +829,7 @@ worker_start(void)
 	log_info("serving %s (%s, isolation %s)", wk.name,
 	    transport_str(wk.srv->srv_transport),
 	    isolation_str(wk.srv->srv_isolation));
-	if (wk.srv->srv_transport == TRANSPORT_STDIO)
-		inst_spawn("");
-	else
-		send_state("down", "this transport is not available yet");
+	inst_spawn("");
 }
 
 int

@@ -47,7 +47,7 @@ def pid_alive(pid):
             for line in f:
                 if line.startswith("State:"):
                     return "Z" not in line.split()[1]
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):
         return False
     return False
 

@@ -157,3 +157,53 @@ class WorkerTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class HttpWorkerTest(unittest.TestCase):
+    """url servers: the worker has no socket(); the parent connects."""
+
+    def test_all_http_transports_through_the_daemon(self):
+        from mcpfixtures import everything_http, v2_http
+        servers = [everything_http("streamableHttp"), everything_http("sse"),
+                   v2_http()]
+        for s in servers:
+            self.addCleanup(s.stop)
+        b = Broker('server "sh" { url "http://127.0.0.1:%d/mcp" }\n'
+                   'server "ss" { url "http://localhost:%d/sse" '
+                   'transport sse }\n'
+                   'server "v2" { url "http://127.0.0.1:%d/mcp" }'
+                   % tuple(s.port for s in servers))
+        self.addCleanup(b.stop)
+        b.start()
+        doc = b.get("/readyz")[1]
+        tools = {s["name"]: s["tools"] for s in doc["servers"]}
+        self.assertGreaterEqual(tools["sh"], 10)
+        self.assertGreaterEqual(tools["ss"], 10)
+        self.assertGreaterEqual(tools["v2"], 39)
+        for server in ("sh", "ss"):
+            r = b.ctl("server", "call", server, "echo",
+                      '{"message":"via %s"}' % server)
+            self.assertIn("Echo: via %s" % server, r.stdout)
+        r = b.ctl("server", "call", "v2", "add", '{"a":40,"b":2}')
+        self.assertEqual(json.loads(r.stdout)["structuredContent"],
+                         {"sum": 42})
+        self.assertEqual(proc_status(b.processes()["worker sh"]["pid"])[
+            "Seccomp"], "2")
+
+    def test_server_going_away_and_coming_back(self):
+        from mcpfixtures import v2_http, HttpServer, v2_cmd
+        server = v2_http()
+        port = server.port
+        b = Broker('server "v2" { url "http://127.0.0.1:%d/mcp" '
+                   'call-timeout 5s }' % port)
+        self.addCleanup(b.stop)
+        b.start()
+        server.stop()
+        r = b.ctl("server", "call", "v2", "echo", '{"text":"x"}',
+                  check=False)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("Connection refused", r.stderr)
+        again = HttpServer(v2_cmd("http", str(port), "127.0.0.1"), port)
+        self.addCleanup(again.stop)
+        r = b.ctl("server", "call", "v2", "echo", '{"text":"back"}')
+        self.assertIn("back", r.stdout)
