@@ -29,6 +29,7 @@
 #include "common/log.h"
 #include "common/sandbox.h"
 #include "common/util.h"
+#include "worker/instance.h"
 
 #define SHUTDOWN_GRACE_MS	5000
 #define MAX_LISTENERS		32
@@ -701,6 +702,24 @@ log_errors(char *errs)
 		log_warnx("%s", line);
 }
 
+/* filesystem rules are enforced with Landlock or not at all: fail closed. */
+static int
+landlock_missing(const struct mcpbroker_conf *conf, FILE *errs)
+{
+	const struct server_conf	*srv;
+	int				 missing = 0;
+
+	TAILQ_FOREACH(srv, &conf->c_servers, srv_entry)
+		if (!TAILQ_EMPTY(&srv->srv_fs) &&
+		    !instance_landlock_available()) {
+			fprintf(errs, "%s:%d: server \"%s\": filesystem rules "
+			    "need Landlock, which this kernel does not provide\n",
+			    srv->srv_file, srv->srv_line, srv->srv_name);
+			missing = 1;
+		}
+	return missing;
+}
+
 static struct mcpbroker_conf *
 load_config(FILE *errs)
 {
@@ -709,6 +728,10 @@ load_config(FILE *errs)
 	conf = config_parse_file(parent.opts->o_conffile,
 	    parent.opts->o_defines, errs);
 	if (conf != NULL && config_load_secrets(conf, errs) == -1) {
+		config_free(conf);
+		conf = NULL;
+	}
+	if (conf != NULL && landlock_missing(conf, errs)) {
 		config_free(conf);
 		conf = NULL;
 	}

@@ -98,14 +98,16 @@ landlock_allow(int ruleset, const char *path, uint64_t access)
 
 /*
  * The file-system allow-list: the configured paths, the system's runtime
- * directories, and the directory of every absolute path on the command
- * line (the server's own code).
+ * directories, and the directory of every absolute path to a regular file
+ * on the command line (the server's own code).  Directories on the command
+ * line are data the server is to serve: only `filesystem` lines open them.
  */
 static void
 child_landlock(const struct server_conf *srv, int status_fd)
 {
 	struct landlock_ruleset_attr	 ra = { .handled_access_fs = LL_ALL };
 	const struct fs_rule		*fr;
+	struct stat			 st;
 	char				 dir[4096];
 	size_t				 i;
 	int				 rs;
@@ -124,7 +126,8 @@ child_landlock(const struct server_conf *srv, int status_fd)
 		(void)landlock_allow(rs, system_read_paths[i], LL_READ);
 	(void)landlock_allow(rs, "/dev", LL_DEV);
 	for (i = 0; i < srv->srv_argc; i++) {
-		if (srv->srv_argv[i][0] != '/')
+		if (srv->srv_argv[i][0] != '/' || stat(srv->srv_argv[i], &st) ==
+		    -1 || !S_ISREG(st.st_mode))
 			continue;
 		snprintf(dir, sizeof(dir), "%s", srv->srv_argv[i]);
 		(void)landlock_allow(rs, dirname(dir), LL_READ);

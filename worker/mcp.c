@@ -22,6 +22,8 @@
 #include "worker/mcp.h"
 
 #define PROBE_TIMEOUT_MS	5000	/* server/discover before falling back */
+#define LISTEN_TIMEOUT_MS	(365ull * 24 * 3600 * 1000)
+#define LISTEN_RETRY_MAX_MS	30000
 #define MAX_BATCH		100
 
 /* Versions of the initialize era we accept, newest first. */
@@ -73,6 +75,9 @@ struct mcp_session {
 	struct json_object		*s_tools;	/* cache, or NULL */
 	uint64_t			 s_tools_expiry;	/* 0: until changed */
 	unsigned int			 s_bad_messages;
+	int64_t				 s_listen_id;	/* subscriptions/listen */
+	struct event			*s_listen_timer;
+	uint64_t			 s_listen_delay;
 	int				 s_busy;
 	int				 s_freed;
 };
@@ -131,6 +136,7 @@ mcp_session_new(struct event_base *base, const struct mcp_session_opts *opts,
 	s->s_arg = arg;
 	s->s_state = MCP_CONNECTING;
 	s->s_next_id = 1;
+	s->s_listen_id = -1;
 	TAILQ_INIT(&s->s_pending);
 	return s;
 }
@@ -175,6 +181,8 @@ session_release(struct mcp_session *s)
 		s->s_ops->to_free(s->s_transport);
 	if (s->s_connect_timer != NULL)
 		event_free(s->s_connect_timer);
+	if (s->s_listen_timer != NULL)
+		event_free(s->s_listen_timer);
 	json_object_put(s->s_server_info);
 	json_object_put(s->s_capabilities);
 	json_object_put(s->s_tools);
@@ -296,7 +304,7 @@ add_meta(struct mcp_session *s, struct json_object *params)
 
 static int
 send_message(struct mcp_session *s, struct json_object *msg, int64_t id,
-    const char *method, const char *name, struct mcp_error *err)
+    const char *method, const char *name, int stream, struct mcp_error *err)
 {
 	struct mcp_out	 out;
 	char		 why[256];
@@ -308,6 +316,7 @@ send_message(struct mcp_session *s, struct json_object *msg, int64_t id,
 	out.mo_id = id;
 	out.mo_method = method;
 	out.mo_name = name;
+	out.mo_stream = stream;
 	if (len > MCP_MAX_MESSAGE) {
 		set_error(err, MCP_ERR_LOCAL, "request larger than %u bytes",
 		    MCP_MAX_MESSAGE);
@@ -331,7 +340,7 @@ send_notification(struct mcp_session *s, const char *method,
 	json_object_object_add(msg, "method", json_object_new_string(method));
 	if (params != NULL)
 		json_object_object_add(msg, "params", params);
-	if (send_message(s, msg, -1, method, NULL, &err) == -1)
+	if (send_message(s, msg, -1, method, NULL, 0, &err) == -1)
 		log_debug("server %s: %s not sent: %s", s->s_name, method,
 		    err.me_message);
 	json_object_put(msg);
@@ -422,7 +431,8 @@ request_send(struct mcp_session *s, const char *method,
 	tv.tv_usec = (timeout_ms % 1000) * 1000;
 	evtimer_add(pd->pd_timer, &tv);
 
-	if (send_message(s, msg, id, method, name, &err) == -1) {
+	if (send_message(s, msg, id, method, name,
+	    strcmp(method, "subscriptions/listen") == 0, &err) == -1) {
 		json_object_put(msg);
 		pending_finish(s, pd, NULL, &err);
 		return -1;
@@ -472,6 +482,61 @@ mcp_cancel(struct mcp_session *s, int64_t id, const char *why)
 
 /* ---- handshake ---- */
 
+static void	listen_start(struct mcp_session *);
+
+static void
+listen_timer_cb(int fd, short ev, void *arg)
+{
+	(void)fd;
+	(void)ev;
+	listen_start(arg);
+}
+
+/*
+ * From 2026-07-28 on, list changes come only on a subscriptions/listen
+ * stream.  It may end (the server's graceful close, an idle proxy); we open
+ * it again, backing off, unless the server says it has no such method.
+ */
+static void
+listen_done(struct mcp_session *s, struct json_object *res,
+    const struct mcp_error *err, void *arg)
+{
+	struct timeval tv;
+
+	(void)res;
+	(void)arg;
+	s->s_listen_id = -1;
+	if (s->s_state != MCP_READY || (err != NULL &&
+	    (err->me_code == MCP_METHOD_NOT_FOUND ||
+	    err->me_code == MCP_ERR_LOCAL)))
+		return;
+	s->s_listen_delay = s->s_listen_delay == 0 ? 1000 :
+	    s->s_listen_delay * 2 > LISTEN_RETRY_MAX_MS ? LISTEN_RETRY_MAX_MS :
+	    s->s_listen_delay * 2;
+	tv.tv_sec = s->s_listen_delay / 1000;
+	tv.tv_usec = (s->s_listen_delay % 1000) * 1000;
+	if (s->s_listen_timer == NULL && (s->s_listen_timer = evtimer_new(
+	    s->s_base, listen_timer_cb, s)) == NULL)
+		fatalx("evtimer_new");
+	evtimer_add(s->s_listen_timer, &tv);
+}
+
+static void
+listen_start(struct mcp_session *s)
+{
+	struct json_object *params, *filter;
+
+	if (s->s_state != MCP_READY || s->s_listen_id != -1)
+		return;
+	params = json_object_new_object();
+	filter = json_object_new_object();
+	json_object_object_add(filter, "toolsListChanged",
+	    json_object_new_boolean(1));
+	json_object_object_add(params, "notifications", filter);
+	s->s_listen_id = request_send(s, "subscriptions/listen", params, NULL,
+	    LISTEN_TIMEOUT_MS, listen_done, NULL, NULL, NULL);
+}
+
 static void
 session_ready(struct mcp_session *s)
 {
@@ -482,6 +547,8 @@ session_ready(struct mcp_session *s)
 		s->s_ops->to_era(s->s_transport, s->s_era, s->s_version);
 	log_debug("server %s: ready (%s, %s)", s->s_name,
 	    mcp_era_str(s->s_era), s->s_version);
+	if (s->s_era == MCP_ERA_MODERN)
+		listen_start(s);
 	s->s_busy++;
 	s->s_cbs->on_ready(s, s->s_arg);
 	s->s_busy--;
@@ -875,7 +942,7 @@ send_error_reply(struct mcp_session *s, struct json_object *id, int code,
 	json_object_object_add(msg, "jsonrpc", json_object_new_string("2.0"));
 	json_object_object_add(msg, "id", json_object_get(id));
 	json_object_object_add(msg, "error", e);
-	if (send_message(s, msg, -1, NULL, NULL, &err) == -1)
+	if (send_message(s, msg, -1, NULL, NULL, 0, &err) == -1)
 		log_debug("server %s: reply not sent: %s", s->s_name,
 		    err.me_message);
 	json_object_put(msg);
@@ -891,7 +958,7 @@ send_result_reply(struct mcp_session *s, struct json_object *id,
 	json_object_object_add(msg, "jsonrpc", json_object_new_string("2.0"));
 	json_object_object_add(msg, "id", json_object_get(id));
 	json_object_object_add(msg, "result", result);
-	if (send_message(s, msg, -1, NULL, NULL, &err) == -1)
+	if (send_message(s, msg, -1, NULL, NULL, 0, &err) == -1)
 		log_debug("server %s: reply not sent: %s", s->s_name,
 		    err.me_message);
 	json_object_put(msg);
@@ -953,7 +1020,9 @@ static void
 handle_notification(struct mcp_session *s, const char *method,
     struct json_object *params)
 {
-	if (strcmp(method, "notifications/tools/list_changed") == 0) {
+	if (strcmp(method, "notifications/subscriptions/acknowledged") == 0)
+		s->s_listen_delay = 0;		/* the stream works */
+	else if (strcmp(method, "notifications/tools/list_changed") == 0) {
 		json_object_put(s->s_tools);
 		s->s_tools = NULL;
 		if (s->s_state == MCP_READY) {

@@ -64,6 +64,7 @@ struct mcp_out {
 	int64_t		 mo_id;		/* our request id, or -1 */
 	const char	*mo_method;	/* NULL for responses */
 	const char	*mo_name;	/* tools/call name etc., for Mcp-Name */
+	int		 mo_stream;	/* long-lived: no idle limit */
 };
 
 struct mcp_transport_ops {

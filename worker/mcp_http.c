@@ -500,7 +500,8 @@ header_value(const char *v, char *out, size_t outlen)
 
 static int
 post(struct mcp_http *t, const char *json, size_t len, int64_t id,
-    const char *method, const char *name, char *why, size_t whylen)
+    const char *method, const char *name, int stream, char *why,
+    size_t whylen)
 {
 	struct http_request_opts	 ro;
 	struct http_field		 h[MAX_HEADERS * 2];
@@ -534,7 +535,7 @@ post(struct mcp_http *t, const char *json, size_t len, int64_t id,
 	ro.ro_body = json;
 	ro.ro_body_len = len;
 	ro.ro_connect_timeout_ms = t->t_connect_ms;
-	ro.ro_idle_timeout_ms = t->t_call_ms;
+	ro.ro_idle_timeout_ms = stream ? STREAM_IDLE_MS : t->t_call_ms;
 	hr = hreq_new(t, id);
 	if ((hr->hr_req = http_request_start(t->t_client, &ro, &callbacks,
 	    hr)) == NULL) {
@@ -594,7 +595,7 @@ flush_queue(struct mcp_http *t)
 	    NULL) {
 		TAILQ_REMOVE(&t->t_queue, q, q_entry);
 		t->t_nqueued--;
-		if (post(t, q->q_json, q->q_len, q->q_id, NULL, NULL, why,
+		if (post(t, q->q_json, q->q_len, q->q_id, NULL, NULL, 0, why,
 		    sizeof(why)) == -1 && q->q_id >= 0 && t->t_session != NULL)
 			mcp_session_request_failed(t->t_session, q->q_id,
 			    MCP_ERR_TRANSPORT, why);
@@ -625,7 +626,7 @@ http_send(void *arg, const struct mcp_out *out, char *why, size_t whylen)
 		return 0;
 	}
 	return post(t, out->mo_json, out->mo_len, out->mo_id, out->mo_method,
-	    out->mo_name, why, whylen);
+	    out->mo_name, out->mo_stream, why, whylen);
 }
 
 static void

@@ -207,3 +207,92 @@ class HttpWorkerTest(unittest.TestCase):
         self.addCleanup(again.stop)
         r = b.ctl("server", "call", "v2", "echo", '{"text":"back"}')
         self.assertIn("back", r.stdout)
+
+
+class ListChangedTest(unittest.TestCase):
+    """A changed tool list reaches the controller (subscriptions/listen on
+    2026-07-28 servers)."""
+
+    def tool_count(self, b):
+        return b.get("/readyz")[1]["servers"][0].get("tools")
+
+    def check(self, body):
+        b = Broker(body)
+        self.addCleanup(b.stop)
+        b.start()
+        before = self.tool_count(b)
+        b.ctl("server", "call", "v2", "change_tools", "{}")
+        wait_for(lambda: self.tool_count(b) == before + 1, timeout=10,
+                 what="one more tool")
+
+    def test_stdio(self):
+        from mcpfixtures import V2_SERVER
+        self.check('server "v2" { command %s %s "stdio" }'
+                   % (q(node()), q(V2_SERVER)))
+
+    def test_http(self):
+        from mcpfixtures import v2_http
+        server = v2_http()
+        self.addCleanup(server.stop)
+        self.check('server "v2" { url "http://127.0.0.1:%d/mcp" }'
+                   % server.port)
+
+
+class LandlockTest(unittest.TestCase):
+    def test_filesystem_rules_confine_the_server(self):
+        import shutil
+        import tempfile
+        from mcpfixtures import FILESYSTEM, TESTS
+        top = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, top)
+        os.chmod(top, 0o755)
+        dirs = {}
+        for name in ("allowed", "hidden"):
+            d = os.path.join(top, name)
+            os.mkdir(d, 0o755)
+            with open(os.path.join(d, name + ".txt"), "w") as f:
+                f.write("content of %s\n" % name)
+            os.chmod(os.path.join(d, name + ".txt"), 0o644)
+            dirs[name] = d
+        # server-filesystem itself would serve both directories; Landlock
+        # lets it read only the one the config names (and its own code).
+        b = Broker('server "fs" { command %s %s %s %s\n'
+                   '  filesystem read %s\n  filesystem read %s }'
+                   % (q(node()), q(FILESYSTEM), q(dirs["allowed"]),
+                      q(dirs["hidden"]), q(dirs["allowed"]),
+                      q(os.path.join(TESTS, "node_modules"))))
+        self.addCleanup(b.stop)
+        b.start()
+        r = b.ctl("server", "call", "fs", "read_file",
+                  '{"path":"%s/allowed.txt"}' % dirs["allowed"])
+        self.assertIn("content of allowed", r.stdout)
+        r = b.ctl("server", "call", "fs", "read_file",
+                  '{"path":"%s/hidden.txt"}' % dirs["hidden"], check=False)
+        self.assertNotIn("content of hidden", r.stdout + r.stderr)
+        self.assertTrue(r.returncode != 0 or json.loads(r.stdout)["isError"])
+
+
+class InstanceLifecycleTest(unittest.TestCase):
+    def test_idle_instances_are_reaped_and_capped(self):
+        b = Broker('server "probe" { command "python3" %s '
+                   'isolation per-user idle-timeout 1s max-instances 1 }'
+                   % q(NET_PROBE))
+        self.addCleanup(b.stop)
+        b.start()
+
+        def whoami(user):
+            r = b.ctl("server", "call", "-u", user, "probe", "whoami", "{}",
+                      check=False)
+            return r
+
+        r = whoami("alice")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        alice = json.loads(json.loads(r.stdout)["content"][0]["text"])["pid"]
+        r = whoami("bob")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("instance limit (1) reached", r.stderr)
+        # Idle for longer than idle-timeout: alice's instance goes.
+        wait_for(lambda: not pid_alive(alice), timeout=20,
+                 what="idle instance reaped")
+        r = whoami("bob")
+        self.assertEqual(r.returncode, 0, r.stderr)
