@@ -34,6 +34,7 @@
 
 #define CTL_MCP_TIMEOUT_MS	30000
 #define CTL_MCP_MAX_ENV		16
+#define STDIN_CLOSE_GRACE_MS	500	/* then SIGTERM */
 
 static struct {
 	struct event_base	*base;
@@ -228,7 +229,7 @@ exited_within(pid_t pid, int ms)
 static void
 stop_server(void)
 {
-	if (cm.pid <= 0 || exited_within(cm.pid, INSTANCE_KILL_GRACE_MS))
+	if (cm.pid <= 0 || exited_within(cm.pid, STDIN_CLOSE_GRACE_MS))
 		return;
 	instance_signal(cm.pid, SIGTERM);
 	if (exited_within(cm.pid, INSTANCE_KILL_GRACE_MS))
@@ -263,7 +264,7 @@ run_stdio(char **cmd, int ncmd)
 	    fds.if_stderr, stdio_eof, NULL);
 	memset(&so, 0, sizeof(so));
 	so.so_name = "cli";
-	so.so_connect_timeout_ms = CTL_MCP_TIMEOUT_MS;
+	so.so_connect_timeout_ms = cm.timeout_ms;
 	so.so_can_cancel_by_notification = 1;
 	if ((cm.session = mcp_session_new(cm.base, &so, &stdio_transport_ops,
 	    st, &cbs, NULL)) == NULL)
