@@ -144,6 +144,28 @@ conformance_listed(struct mcp_session *s, struct json_object *res,
 	    sample_arguments(pick), cm.timeout_ms, done_cb, NULL, NULL);
 }
 
+/* Progress goes to stderr as it comes, so stdout stays the result. */
+static void
+progress_cb(struct mcp_session *s, struct json_object *params, void *arg)
+{
+	struct json_object	*v;
+	const char		*msg = NULL;
+	double			 progress = 0, total = 0;
+
+	(void)s;
+	(void)arg;
+	if (json_object_object_get_ex(params, "progress", &v))
+		progress = json_object_get_double(v);
+	if (json_object_object_get_ex(params, "total", &v))
+		total = json_object_get_double(v);
+	(void)json_get_str(params, "message", 200, 1, &msg);
+	fprintf(stderr, "mcpbrokerctl: progress %g", progress);
+	if (total > 0)
+		fprintf(stderr, "/%g", total);
+	fprintf(stderr, "%s%s\n", msg != NULL ? " " : "", msg != NULL ? msg :
+	    "");
+}
+
 static void
 on_ready(struct mcp_session *s, void *arg)
 {
@@ -161,7 +183,7 @@ on_ready(struct mcp_session *s, void *arg)
 		mcp_list_tools(s, cm.timeout_ms, done_cb, NULL);
 	else {
 		(void)mcp_call_tool(s, cm.tool, cm.args, cm.timeout_ms,
-		    done_cb, NULL, NULL);
+		    done_cb, progress_cb, NULL);
 		cm.args = NULL;
 	}
 }

@@ -30,6 +30,7 @@
 
 #define EXIT_WAIT_MS		1000	/* for the parent's exit status */
 #define REAP_INTERVAL_MS	5000
+#define PING_INTERVAL_MS	30000	/* 2025-era liveness check */
 #define INSTANCE_KEY_MAX	160
 #define CALL_ARGS_MAX		(4u * 1024 * 1024)
 
@@ -81,6 +82,7 @@ static struct {
 	unsigned int		 attempt;	/* catalog restart backoff */
 	struct event		*respawn;
 	struct event		*reaper;
+	struct event		*pinger;
 	int			 ready_sent;
 	struct http_client	*http;		/* url servers */
 	struct http_field	 headers[33];	/* Authorization, header lines */
@@ -590,6 +592,45 @@ reaper_cb(int fd, short ev, void *arg)
 	evtimer_add(wk.reaper, &tv);
 }
 
+/*
+ * A server that stops answering is as bad as one that exits: the catalog
+ * instance is pinged (2025 era; 2026-07-28 has no ping) and restarted when
+ * it does not answer within the connect timeout.
+ */
+static void
+ping_done(struct mcp_session *s, struct json_object *res,
+    const struct mcp_error *err, void *arg)
+{
+	struct inst	*in;
+	char		 why[600];
+
+	(void)s;
+	(void)res;
+	(void)arg;
+	if (err == NULL || err->me_code != MCP_ERR_TIMEOUT ||
+	    (in = inst_find_key("")) == NULL || in->in_session != s)
+		return;
+	snprintf(why, sizeof(why), "server \"%s\" did not answer ping: %s",
+	    wk.name, err->me_message);
+	inst_down(in, why);
+}
+
+static void
+pinger_cb(int fd, short ev, void *arg)
+{
+	struct timeval	 tv = { PING_INTERVAL_MS / 1000, 0 };
+	struct inst	*in;
+
+	(void)fd;
+	(void)ev;
+	(void)arg;
+	if ((in = inst_find_key("")) != NULL && in->in_state == IS_READY &&
+	    mcp_session_era(in->in_session) == MCP_ERA_LEGACY)
+		(void)mcp_request(in->in_session, "ping", NULL,
+		    wk.srv->srv_connect_timeout_ms, ping_done, NULL, NULL);
+	evtimer_add(wk.pinger, &tv);
+}
+
 /* ---- calls ---- */
 
 static void
@@ -821,11 +862,15 @@ worker_start(void)
 {
 	struct timeval tv = { REAP_INTERVAL_MS / 1000, 0 };
 
+	struct timeval ping = { PING_INTERVAL_MS / 1000, 0 };
+
 	if ((wk.respawn = evtimer_new(child_base(), respawn_cb, NULL)) ==
 	    NULL || (wk.reaper = evtimer_new(child_base(), reaper_cb, NULL)) ==
+	    NULL || (wk.pinger = evtimer_new(child_base(), pinger_cb, NULL)) ==
 	    NULL)
 		fatalx("evtimer_new");
 	evtimer_add(wk.reaper, &tv);
+	evtimer_add(wk.pinger, &ping);
 	log_info("serving %s (%s, isolation %s)", wk.name,
 	    transport_str(wk.srv->srv_transport),
 	    isolation_str(wk.srv->srv_isolation));

@@ -113,6 +113,13 @@ class ModernStdioTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertTrue(r.json()["isError"])
 
+    def test_progress_is_relayed(self):
+        r = ctl_mcp("call", v2_cmd("stdio"), "slow", '{"ms":300}')
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("progress 1/3 step 1/3", r.stderr)
+        self.assertIn("progress 3/3 step 3/3", r.stderr)
+        self.assertEqual(texts(r.json()), ["slept 300 ms"])
+
     def test_slow_call_times_out(self):
         start = time.monotonic()
         r = ctl_mcp("call", v2_cmd("stdio"), "slow", '{"ms":60000}',
