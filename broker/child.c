@@ -233,6 +233,31 @@ child_shutdown(void)
 	event_base_loopbreak(ch.base);
 }
 
+/* A sibling we cannot work without is gone: fail closed. */
+void
+child_sibling_lost(struct peer *p, const char *why)
+{
+	log_warnx("lost the %s (%s), exiting", p->p_name, why);
+	child_shutdown();
+}
+
+int
+child_attach_sibling(struct peer *dst, struct msg *m, struct json_object *o,
+    const char *want, enum proc_kind kind, const struct dispatch *table)
+{
+	const char *peer;
+
+	if (json_get_str(o, "peer", 16, 0, &peer) == -1 ||
+	    strcmp(peer, want) != 0 || peer_connected(dst)) {
+		close(m->m_fd);
+		return -1;
+	}
+	peer_init(dst, kind, want, table, child_sibling_lost, NULL);
+	if (peer_attach(dst, ch.base, m->m_fd) == -1)
+		fatalx("channel to the %s", want);
+	return 0;
+}
+
 int
 child_main(enum proc_kind kind, const char *name,
     const struct dispatch *parent_table, const struct child_hooks *hooks)

@@ -212,14 +212,6 @@ worker_link_free(struct worker_link *wl)
 
 /* ---- from the parent ---- */
 
-static void
-controller_frontend_lost(struct peer *p, const char *why)
-{
-	(void)p;
-	log_warnx("lost the frontend (%s), exiting", why);
-	child_shutdown();
-}
-
 static int
 controller_recv_peer(struct peer *p, struct msg *m, struct json_object *o)
 {
@@ -229,16 +221,9 @@ controller_recv_peer(struct peer *p, struct msg *m, struct json_object *o)
 	(void)p;
 	if (json_get_str(o, "peer", 16, 0, &peer) == -1)
 		goto bad;
-	if (strcmp(peer, "frontend") == 0) {
-		if (peer_connected(&ctl.frontend))
-			goto bad;
-		peer_init(&ctl.frontend, PROC_FRONTEND, "frontend",
-		    controller_dispatch_frontend, controller_frontend_lost,
-		    NULL);
-		if (peer_attach(&ctl.frontend, child_base(), m->m_fd) == -1)
-			fatalx("channel to the frontend");
-		return 0;
-	}
+	if (strcmp(peer, "frontend") == 0)
+		return child_attach_sibling(&ctl.frontend, m, o, "frontend",
+		    PROC_FRONTEND, controller_dispatch_frontend);
 	if (strcmp(peer, "worker") != 0 ||
 	    json_get_str(o, "name", NAME_MAX_LEN - 1, 0, &name) == -1)
 		goto bad;

@@ -214,11 +214,16 @@ static const struct mcp_session_cbs cbs = {
 static void
 stdio_eof(void *arg, const char *why)
 {
-	int	status;
+	int	status, ms;
 	char	desc[300];
+	pid_t	rc = 0;
 
 	(void)arg;
-	if (waitpid(cm.pid, &status, WNOHANG) == cm.pid) {
+	/* The pipe closes a moment before the process is reapable. */
+	for (ms = 0; ms < 1000 && (rc = waitpid(cm.pid, &status, WNOHANG)) ==
+	    0; ms += 10)
+		usleep(10 * 1000);
+	if (rc == cm.pid) {
 		cm.pid = 0;
 		if (WIFEXITED(status))
 			snprintf(desc, sizeof(desc), "the server exited with "

@@ -301,33 +301,14 @@ frontend_recv_ready(struct peer *p, struct msg *m, struct json_object *o)
 	return 0;
 }
 
-static void
-frontend_controller_lost(struct peer *p, const char *why)
-{
-	(void)p;
-	/* Without the controller there is nothing to serve: fail closed. */
-	log_warnx("lost the controller (%s), exiting", why);
-	child_shutdown();
-}
-
 /* ---- from the parent ---- */
 
 static int
 frontend_recv_peer(struct peer *p, struct msg *m, struct json_object *o)
 {
-	const char *peer;
-
 	(void)p;
-	if (json_get_str(o, "peer", 16, 0, &peer) == -1 ||
-	    strcmp(peer, "controller") != 0) {
-		close(m->m_fd);
-		return -1;
-	}
-	peer_init(&fe.controller, PROC_CONTROLLER, "controller",
-	    frontend_dispatch_controller, frontend_controller_lost, NULL);
-	if (peer_attach(&fe.controller, child_base(), m->m_fd) == -1)
-		fatalx("channel to the controller");
-	return 0;
+	return child_attach_sibling(&fe.controller, m, o, "controller",
+	    PROC_CONTROLLER, frontend_dispatch_controller);
 }
 
 /* A TLS context from PEM text: leaf first, then any chain. */

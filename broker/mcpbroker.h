@@ -43,8 +43,17 @@ int			 child_main(enum proc_kind, const char *name,
 			    const struct child_hooks *);
 struct event_base	*child_base(void);
 struct peer		*child_parent(void);
-/* Log "name: state" changes and stop the loop on SIGTERM. */
+/* Stop the event loop: the process exits. */
 void			 child_shutdown(void);
+/* The lost() of a sibling channel the process cannot do without. */
+void			 child_sibling_lost(struct peer *, const char *why);
+/*
+ * CONF_PEER: attach the descriptor as the channel to sibling `want`
+ * (checked against the payload; once), whose loss ends the process.
+ */
+int			 child_attach_sibling(struct peer *, struct msg *,
+			    struct json_object *, const char *want,
+			    enum proc_kind, const struct dispatch *);
 
 int	child_recv_conf_text(struct peer *, struct msg *, struct json_object *);
 int	child_recv_secret(struct peer *, struct msg *, struct json_object *);

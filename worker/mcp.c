@@ -929,19 +929,17 @@ bad_message(struct mcp_session *s, const char *what)
 		    "logging them", s->s_name);
 }
 
+/* Our answer to a server's request: {"result": ...} or {"error": ...}. */
 static void
-send_error_reply(struct mcp_session *s, struct json_object *id, int code,
-    const char *message)
+send_reply(struct mcp_session *s, struct json_object *id, const char *key,
+    struct json_object *value)
 {
-	struct json_object	*msg = json_object_new_object(), *e;
+	struct json_object	*msg = json_object_new_object();
 	struct mcp_error	 err;
 
-	e = json_object_new_object();
-	json_object_object_add(e, "code", json_object_new_int(code));
-	json_object_object_add(e, "message", json_object_new_string(message));
 	json_object_object_add(msg, "jsonrpc", json_object_new_string("2.0"));
 	json_object_object_add(msg, "id", json_object_get(id));
-	json_object_object_add(msg, "error", e);
+	json_object_object_add(msg, key, value);
 	if (send_message(s, msg, -1, NULL, NULL, 0, &err) == -1)
 		log_debug("server %s: reply not sent: %s", s->s_name,
 		    err.me_message);
@@ -949,19 +947,14 @@ send_error_reply(struct mcp_session *s, struct json_object *id, int code,
 }
 
 static void
-send_result_reply(struct mcp_session *s, struct json_object *id,
-    struct json_object *result)
+send_error_reply(struct mcp_session *s, struct json_object *id, int code,
+    const char *message)
 {
-	struct json_object	*msg = json_object_new_object();
-	struct mcp_error	 err;
+	struct json_object *e = json_object_new_object();
 
-	json_object_object_add(msg, "jsonrpc", json_object_new_string("2.0"));
-	json_object_object_add(msg, "id", json_object_get(id));
-	json_object_object_add(msg, "result", result);
-	if (send_message(s, msg, -1, NULL, NULL, 0, &err) == -1)
-		log_debug("server %s: reply not sent: %s", s->s_name,
-		    err.me_message);
-	json_object_put(msg);
+	json_object_object_add(e, "code", json_object_new_int(code));
+	json_object_object_add(e, "message", json_object_new_string(message));
+	send_reply(s, id, "error", e);
 }
 
 /* The server asks something of us: ping is answered, the rest refused. */
@@ -972,7 +965,7 @@ handle_server_request(struct mcp_session *s, struct json_object *id,
 	char msg[160];
 
 	if (strcmp(method, "ping") == 0) {
-		send_result_reply(s, id, json_object_new_object());
+		send_reply(s, id, "result", json_object_new_object());
 		return;
 	}
 	if (strcmp(method, "elicitation/create") == 0 ||

@@ -781,30 +781,12 @@ worker_recv_cancel(struct peer *p, struct msg *m, struct json_object *o)
 
 /* ---- set-up ---- */
 
-static void
-worker_controller_lost(struct peer *p, const char *why)
-{
-	(void)p;
-	log_warnx("lost the controller (%s), exiting", why);
-	child_shutdown();
-}
-
 static int
 worker_recv_peer(struct peer *p, struct msg *m, struct json_object *o)
 {
-	const char *peer;
-
 	(void)p;
-	if (json_get_str(o, "peer", 16, 0, &peer) == -1 ||
-	    strcmp(peer, "controller") != 0) {
-		close(m->m_fd);
-		return -1;
-	}
-	peer_init(&wk.controller, PROC_CONTROLLER, "controller",
-	    worker_dispatch_controller, worker_controller_lost, NULL);
-	if (peer_attach(&wk.controller, child_base(), m->m_fd) == -1)
-		fatalx("channel to the controller");
-	return 0;
+	return child_attach_sibling(&wk.controller, m, o, "controller",
+	    PROC_CONTROLLER, worker_dispatch_controller);
 }
 
 /*
