@@ -332,6 +332,7 @@ run_http(const char *url, int sse)
 	so.so_connect_timeout_ms = cm.timeout_ms;
 	so.so_era_hint = sse ? MCP_ERA_LEGACY : MCP_ERA_UNKNOWN;
 	so.so_can_cancel_by_notification = sse;
+	so.so_param_headers = !sse;
 	if ((cm.session = mcp_session_new(cm.base, &so, &mcp_http_ops, t, &cbs,
 	    NULL)) == NULL)
 		fatalx("mcp_session_new");

@@ -20,6 +20,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "worker/mcp.h"
+#include "worker/mcp_params.h"
 
 #define PROBE_TIMEOUT_MS	5000	/* server/discover before falling back */
 #define LISTEN_TIMEOUT_MS	(365ull * 24 * 3600 * 1000)
@@ -258,6 +259,24 @@ mcp_session_server_info(const struct mcp_session *s)
 	return s->s_server_info;
 }
 
+struct json_object *
+mcp_session_tool_schema(const struct mcp_session *s, const char *tool)
+{
+	struct json_object	*t, *name, *schema;
+	size_t			 i;
+
+	if (s->s_tools == NULL)
+		return NULL;
+	for (i = 0; i < json_object_array_length(s->s_tools); i++) {
+		t = json_object_array_get_idx(s->s_tools, i);
+		if (json_object_object_get_ex(t, "name", &name) &&
+		    strcmp(json_object_get_string(name), tool) == 0 &&
+		    json_object_object_get_ex(t, "inputSchema", &schema))
+			return schema;
+	}
+	return NULL;
+}
+
 static void
 session_close(struct mcp_session *s, const char *why)
 {
@@ -317,6 +336,8 @@ send_message(struct mcp_session *s, struct json_object *msg, int64_t id,
 	out.mo_method = method;
 	out.mo_name = name;
 	out.mo_stream = stream;
+	if (!json_object_object_get_ex(msg, "params", &out.mo_params))
+		out.mo_params = NULL;
 	if (len > MCP_MAX_MESSAGE) {
 		set_error(err, MCP_ERR_LOCAL, "request larger than %u bytes",
 		    MCP_MAX_MESSAGE);
@@ -758,17 +779,31 @@ tools_walk_end(struct mcp_session *s, struct tools_walk *tw,
 	free(tw);
 }
 
-/* A tool definition must at least have a name and an object schema. */
+/*
+ * A tool definition must at least have a name and an object schema; over
+ * streamable HTTP its x-mcp-header annotations must follow the rules.
+ */
 static int
-tool_valid(struct json_object *t)
+tool_valid(struct json_object *t, int param_headers, char *why,
+    size_t whylen)
 {
 	struct json_object	*schema;
 	const char		*name;
+	char			 reason[160];
 
-	return json_object_is_type(t, json_type_object) &&
-	    json_get_str(t, "name", 128, 0, &name) == 0 && *name != '\0' &&
-	    json_object_object_get_ex(t, "inputSchema", &schema) &&
-	    json_object_is_type(schema, json_type_object);
+	if (!json_object_is_type(t, json_type_object) ||
+	    json_get_str(t, "name", 128, 0, &name) == -1 || *name == '\0' ||
+	    !json_object_object_get_ex(t, "inputSchema", &schema) ||
+	    !json_object_is_type(schema, json_type_object)) {
+		snprintf(why, whylen, "malformed tool definition");
+		return 0;
+	}
+	if (param_headers && mcp_param_headers_check(schema, reason,
+	    sizeof(reason)) == -1) {
+		snprintf(why, whylen, "\"%s\": %s", name, reason);
+		return 0;
+	}
+	return 1;
 }
 
 static void
@@ -793,6 +828,7 @@ tools_page_done(struct mcp_session *s, struct json_object *res,
 	struct json_object	*tools, *t;
 	struct mcp_error	 e;
 	const char		*cursor = NULL;
+	char			 why[200];
 	size_t			 i;
 
 	if (err != NULL) {
@@ -808,9 +844,10 @@ tools_page_done(struct mcp_session *s, struct json_object *res,
 	}
 	for (i = 0; i < json_object_array_length(tools); i++) {
 		t = json_object_array_get_idx(tools, i);
-		if (!tool_valid(t)) {
-			log_warnx("server %s: ignoring a malformed tool "
-			    "definition", s->s_name);
+		if (!tool_valid(t, s->s_opts.so_param_headers, why,
+		    sizeof(why))) {
+			log_warnx("server %s: ignoring a tool: %s", s->s_name,
+			    why);
 			continue;
 		}
 		if (json_object_array_length(tw->tw_tools) >= MCP_MAX_TOOLS)

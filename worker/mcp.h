@@ -65,6 +65,7 @@ struct mcp_out {
 	const char	*mo_method;	/* NULL for responses */
 	const char	*mo_name;	/* tools/call name etc., for Mcp-Name */
 	int		 mo_stream;	/* long-lived: no idle limit */
+	struct json_object *mo_params;	/* the request's params, or NULL */
 };
 
 struct mcp_transport_ops {
@@ -90,6 +91,7 @@ struct mcp_session_opts {
 	uint64_t	 so_connect_timeout_ms;	/* whole handshake */
 	enum mcp_era	 so_era_hint;		/* known from an earlier run */
 	int		 so_can_cancel_by_notification;	/* stdio, legacy */
+	int		 so_param_headers;	/* streamable HTTP: x-mcp-header */
 };
 
 typedef void	(*mcp_result_fn)(struct mcp_session *, struct json_object *,
@@ -108,6 +110,9 @@ enum mcp_state	 mcp_session_state(const struct mcp_session *);
 enum mcp_era	 mcp_session_era(const struct mcp_session *);
 const char	*mcp_session_version(const struct mcp_session *);
 struct json_object *mcp_session_server_info(const struct mcp_session *);
+/* A listed tool's inputSchema, from the cache; NULL if unknown. */
+struct json_object *mcp_session_tool_schema(const struct mcp_session *,
+		    const char *tool);
 const char	*mcp_era_str(enum mcp_era);
 
 /*

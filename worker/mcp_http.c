@@ -17,6 +17,7 @@
 #include "common/util.h"
 #include "worker/mcp.h"
 #include "worker/mcp_http.h"
+#include "worker/mcp_params.h"
 
 #define MAX_HEADERS		24
 #define SSE_LINE_MAX		MCP_MAX_MESSAGE
@@ -473,39 +474,32 @@ add_header(struct http_field *h, size_t *n, const char *name,
 	}
 }
 
-/* Mcp-Name: as it is when header-safe, else the base64 sentinel form. */
+/* x-mcp-header: the call's annotated arguments, mirrored into headers. */
 static void
-header_value(const char *v, char *out, size_t outlen)
+add_param_headers(struct mcp_http *t, const struct mcp_out *out,
+    struct mcp_param_header *ph, struct http_field *h, size_t *n)
 {
-	const unsigned char	*c;
-	size_t			 len = strlen(v);
-	int			 safe = len > 0 && v[0] != ' ' &&
-				    v[len - 1] != ' ';
+	struct json_object	*schema, *args;
+	size_t			 i, count;
 
-	for (c = (const unsigned char *)v; *c != '\0' && safe; c++)
-		if (*c < 0x20 || *c > 0x7e)
-			safe = 0;
-	if (safe && strncmp(v, "=?base64?", 9) == 0 && len >= 11 &&
-	    strcmp(v + len - 2, "?=") == 0)
-		safe = 0;
-	if (safe || len > (outlen - 12) / 4 * 3 - 3) {
-		snprintf(out, outlen, "%s", v);
+	if (out->mo_params == NULL || out->mo_name == NULL ||
+	    t->t_session == NULL || (schema = mcp_session_tool_schema(
+	    t->t_session, out->mo_name)) == NULL ||
+	    !json_object_object_get_ex(out->mo_params, "arguments", &args))
 		return;
-	}
-	memcpy(out, "=?base64?", 9);
-	len = EVP_EncodeBlock((unsigned char *)out + 9,
-	    (const unsigned char *)v, len);
-	memcpy(out + 9 + len, "?=", 3);
+	count = mcp_param_headers(schema, args, ph, MCP_PARAM_HEADERS_MAX);
+	for (i = 0; i < count; i++)
+		add_header(h, n, ph[i].ph_name, ph[i].ph_value);
 }
 
 static int
-post(struct mcp_http *t, const char *json, size_t len, int64_t id,
-    const char *method, const char *name, int stream, char *why,
-    size_t whylen)
+post(struct mcp_http *t, const struct mcp_out *out, char *why, size_t whylen)
 {
 	struct http_request_opts	 ro;
 	struct http_field		 h[MAX_HEADERS * 2];
+	struct mcp_param_header		 ph[MCP_PARAM_HEADERS_MAX];
 	char				 namebuf[512];
+	const char			*method = out->mo_method;
 	struct hreq			*hr;
 	size_t				 n = 0, i;
 	int				 initialize = method != NULL &&
@@ -519,9 +513,11 @@ post(struct mcp_http *t, const char *json, size_t len, int64_t id,
 		add_header(h, &n, "Mcp-Session-Id", t->t_session_id);
 	if (t->t_era == MCP_ERA_MODERN && method != NULL) {
 		add_header(h, &n, "Mcp-Method", method);
-		if (name != NULL) {
-			header_value(name, namebuf, sizeof(namebuf));
+		if (out->mo_name != NULL) {
+			mcp_header_value(out->mo_name, strlen(out->mo_name),
+			    namebuf, sizeof(namebuf));
 			add_header(h, &n, "Mcp-Name", namebuf);
+			add_param_headers(t, out, ph, h, &n);
 		}
 	}
 	for (i = 0; i < t->t_nheaders; i++)
@@ -532,11 +528,11 @@ post(struct mcp_http *t, const char *json, size_t len, int64_t id,
 	ro.ro_url = t->t_kind == MCP_HTTP_SSE ? t->t_endpoint : t->t_url;
 	ro.ro_headers = h;
 	ro.ro_nheaders = n;
-	ro.ro_body = json;
-	ro.ro_body_len = len;
+	ro.ro_body = out->mo_json;
+	ro.ro_body_len = out->mo_len;
 	ro.ro_connect_timeout_ms = t->t_connect_ms;
-	ro.ro_idle_timeout_ms = stream ? STREAM_IDLE_MS : t->t_call_ms;
-	hr = hreq_new(t, id);
+	ro.ro_idle_timeout_ms = out->mo_stream ? STREAM_IDLE_MS : t->t_call_ms;
+	hr = hreq_new(t, out->mo_id);
 	if ((hr->hr_req = http_request_start(t->t_client, &ro, &callbacks,
 	    hr)) == NULL) {
 		snprintf(why, whylen, "%s", http_client_error(t->t_client));
@@ -591,12 +587,18 @@ flush_queue(struct mcp_http *t)
 	struct queued	*q;
 	char		 why[256];
 
+	struct mcp_out	 out;
+
 	while (t->t_endpoint != NULL && (q = TAILQ_FIRST(&t->t_queue)) !=
 	    NULL) {
 		TAILQ_REMOVE(&t->t_queue, q, q_entry);
 		t->t_nqueued--;
-		if (post(t, q->q_json, q->q_len, q->q_id, NULL, NULL, 0, why,
-		    sizeof(why)) == -1 && q->q_id >= 0 && t->t_session != NULL)
+		memset(&out, 0, sizeof(out));
+		out.mo_json = q->q_json;
+		out.mo_len = q->q_len;
+		out.mo_id = q->q_id;
+		if (post(t, &out, why, sizeof(why)) == -1 && q->q_id >= 0 &&
+		    t->t_session != NULL)
 			mcp_session_request_failed(t->t_session, q->q_id,
 			    MCP_ERR_TRANSPORT, why);
 		free(q->q_json);
@@ -625,8 +627,7 @@ http_send(void *arg, const struct mcp_out *out, char *why, size_t whylen)
 		t->t_nqueued++;
 		return 0;
 	}
-	return post(t, out->mo_json, out->mo_len, out->mo_id, out->mo_method,
-	    out->mo_name, out->mo_stream, why, whylen);
+	return post(t, out, why, whylen);
 }
 
 static void

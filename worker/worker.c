@@ -456,6 +456,7 @@ inst_connect_http(struct inst *in)
 	so.so_connect_timeout_ms = wk.srv->srv_connect_timeout_ms;
 	so.so_era_hint = ho.ho_kind == MCP_HTTP_SSE ? MCP_ERA_LEGACY : wk.era;
 	so.so_can_cancel_by_notification = ho.ho_kind == MCP_HTTP_SSE;
+	so.so_param_headers = ho.ho_kind == MCP_HTTP_STREAMABLE;
 	if ((in->in_session = mcp_session_new(child_base(), &so, &mcp_http_ops,
 	    t, &session_cbs, in)) == NULL)
 		fatalx("mcp_session_new");
