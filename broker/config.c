@@ -757,3 +757,22 @@ config_free(struct mcpbroker_conf *conf)
 	free(conf->c_control_path);
 	free(conf);
 }
+
+const char *
+provider_base_url(const struct provider_conf *pv)
+{
+	if (pv->pv_base_url != NULL)
+		return pv->pv_base_url;
+	switch (pv->pv_type) {
+	case PROVIDER_OPENAI:
+		return "https://api.openai.com/v1";
+	case PROVIDER_ANTHROPIC:
+		return "https://api.anthropic.com";
+	case PROVIDER_GEMINI:
+		return "https://generativelanguage.googleapis.com";
+	case PROVIDER_OLLAMA:
+		return "http://127.0.0.1:11434";
+	default:
+		return NULL;	/* azure and compatible servers must say */
+	}
+}

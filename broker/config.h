@@ -223,6 +223,8 @@ struct provider_conf	*config_find_provider(const struct mcpbroker_conf *,
 			    const char *);
 unsigned int		 config_server_count(const struct mcpbroker_conf *);
 
+/* base-url, or the vendor's public endpoint when the config names none. */
+const char		*provider_base_url(const struct provider_conf *);
 const char		*provider_type_str(enum provider_type);
 const char		*transport_str(enum server_transport);
 const char		*isolation_str(enum server_isolation);

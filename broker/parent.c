@@ -80,6 +80,7 @@ static const struct dispatch parent_dispatch_controller[] = {
 	{ MSG_CONF_ACK, parent_recv_ack, 0 },
 	{ MSG_LOG, parent_recv_log, 0 },
 	{ MSG_ADMIN_REP, control_recv_admin_rep, 0 },
+	{ MSG_CONNECT, parent_recv_connect, 0 },
 	DISPATCH_END
 };
 

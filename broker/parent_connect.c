@@ -34,6 +34,8 @@
 #include <json-c/json.h>
 
 #include "broker/parent.h"
+
+#define PROVIDER_CONNECT_TIMEOUT_MS	10000
 #include "common/http_client.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -307,7 +309,8 @@ cr_resolve(struct connect_req *cr)
 }
 
 static struct connect_req *
-cr_new(struct child_proc *worker, uint64_t id, const struct server_conf *srv)
+cr_new(struct child_proc *worker, uint64_t id, const char *url,
+    uint64_t timeout_ms)
 {
 	struct connect_req	*cr;
 	struct timeval		 tv;
@@ -318,11 +321,10 @@ cr_new(struct child_proc *worker, uint64_t id, const struct server_conf *srv)
 	cr->cr_worker = worker;
 	cr->cr_id = id;
 	cr->cr_fd = -1;
-	cr->cr_timeout_ms = srv->srv_connect_timeout_ms;
+	cr->cr_timeout_ms = timeout_ms;
 	/* Checked by http_url_matches() already. */
-	if ((why = http_url_endpoint(srv->srv_url, cr->cr_host,
-	    &cr->cr_port)) != NULL)
-		fatalx("server %s: %s", srv->srv_name, why);
+	if ((why = http_url_endpoint(url, cr->cr_host, &cr->cr_port)) != NULL)
+		fatalx("%s: %s", url, why);
 	snprintf(cr->cr_name, sizeof(cr->cr_name), "%s%s%s:%u",
 	    strchr(cr->cr_host, ':') != NULL ? "[" : "", cr->cr_host,
 	    strchr(cr->cr_host, ':') != NULL ? "]" : "", cr->cr_port);
@@ -349,12 +351,43 @@ defang(const char *s, char *buf, size_t len)
 	return buf;
 }
 
+/*
+ * Where a child may connect: a worker to its server's url, the controller
+ * to its providers' base URLs.  NULL for anywhere else.
+ */
+static const char *
+allowed_url(const struct child_proc *cp, const char *host, uint16_t port,
+    uint64_t *timeout_ms)
+{
+	const struct server_conf	*srv;
+	const struct provider_conf	*pv;
+	const char			*url;
+
+	if (cp->cp_kind == PROC_WORKER) {
+		srv = config_find_server(parent_conf(), cp->cp_name);
+		if (srv == NULL || srv->srv_url == NULL ||
+		    !http_url_matches(srv->srv_url, host, port))
+			return NULL;
+		*timeout_ms = srv->srv_connect_timeout_ms;
+		return srv->srv_url;
+	}
+	if (cp->cp_kind != PROC_CONTROLLER)
+		return NULL;
+	TAILQ_FOREACH(pv, &parent_conf()->c_providers, pv_entry)
+		if ((url = provider_base_url(pv)) != NULL &&
+		    http_url_matches(url, host, port)) {
+			*timeout_ms = PROVIDER_CONNECT_TIMEOUT_MS;
+			return url;
+		}
+	return NULL;
+}
+
 int
 parent_recv_connect(struct peer *p, struct msg *m, struct json_object *o)
 {
 	struct child_proc	*worker = p->p_arg;
-	const struct server_conf *srv;
-	const char		*host;
+	const char		*host, *url;
+	uint64_t		 timeout_ms = 0;
 	char			 buf[HTTP_HOST_MAX + 3];
 	int64_t			 port;
 	unsigned int		 n;
@@ -363,17 +396,12 @@ parent_recv_connect(struct peer *p, struct msg *m, struct json_object *o)
 	if (json_get_str(o, "host", HTTP_HOST_MAX + 2, 0, &host) == -1 ||
 	    json_get_int(o, "port", 1, UINT16_MAX, 0, &port) == -1)
 		return -1;
-	srv = config_find_server(parent_conf(), worker->cp_name);
-	if (worker->cp_kind != PROC_WORKER || srv == NULL ||
-	    srv->srv_url == NULL) {
-		log_warnx("worker %s asked for a connection, but its server "
-		    "has no url", worker->cp_name);
-		return -1;
-	}
-	if (!http_url_matches(srv->srv_url, host, (uint16_t)port)) {
-		log_warnx("worker %s asked to connect to \"%s\" port %" PRId64
-		    ", which is not its server's url", worker->cp_name,
-		    defang(host, buf, sizeof(buf)), port);
+	if ((url = allowed_url(worker, host, (uint16_t)port, &timeout_ms)) ==
+	    NULL) {
+		log_warnx("%s asked to connect to \"%s\" port %" PRId64
+		    ", which is not a url of its configuration",
+		    worker->cp_peer.p_name, defang(host, buf, sizeof(buf)),
+		    port);
 		return -1;
 	}
 	/* The worker numbers its requests: a number in use is a lie. */
@@ -384,7 +412,7 @@ parent_recv_connect(struct peer *p, struct msg *m, struct json_object *o)
 		    "too many connections in progress");
 		return 0;
 	}
-	cr_resolve(cr_new(worker, m->m_hdr.mh_id, srv));
+	cr_resolve(cr_new(worker, m->m_hdr.mh_id, url, timeout_ms));
 	return 0;
 }
 

@@ -1289,6 +1289,12 @@ provider_check(struct parser *p, struct provider_conf *pv, const char *desc)
 			perr(p, pv->pv_line, "%s: type azure-openai requires "
 			    "api-version", desc);
 	}
+	/* No public endpoint to default to: the resource or server's own. */
+	if ((pv->pv_type == PROVIDER_AZURE_OPENAI ||
+	    pv->pv_type == PROVIDER_OPENAI_COMPATIBLE) &&
+	    pv->pv_base_url == NULL)
+		perr(p, pv->pv_line, "%s: type %s requires base-url", desc,
+		    provider_types[pv->pv_type]);
 	switch (pv->pv_type) {
 	case PROVIDER_OPENAI:
 	case PROVIDER_AZURE_OPENAI:

@@ -26,7 +26,7 @@
 #include "worker/mcp.h"
 #include "worker/mcp_http.h"
 #include "worker/mcp_stdio.h"
-#include "worker/worker_connect.h"
+#include "broker/child_connect.h"
 
 #define EXIT_WAIT_MS		1000	/* for the parent's exit status */
 #define REAP_INTERVAL_MS	5000
@@ -115,8 +115,8 @@ static const struct dispatch worker_dispatch_parent[] = {
 	{ MSG_INSTANCE_FD, worker_recv_instance_fd, DISPATCH_FD },
 	{ MSG_INSTANCE_STARTED, worker_recv_instance_started, 0 },
 	{ MSG_INSTANCE_EXIT, worker_recv_instance_exit, 0 },
-	{ MSG_CONNECTED, worker_recv_connected, DISPATCH_FD },
-	{ MSG_CONNECT_FAILED, worker_recv_connect_failed, 0 },
+	{ MSG_CONNECTED, child_recv_connected, DISPATCH_FD },
+	{ MSG_CONNECT_FAILED, child_recv_connect_failed, 0 },
 	DISPATCH_END
 };
 
@@ -792,7 +792,7 @@ worker_recv_peer(struct peer *p, struct msg *m, struct json_object *o)
 
 /*
  * The HTTP client, made before the sandbox: it reads the CA store now.
- * Connections are opened by the parent (worker_connector): the worker has
+ * Connections are opened by the parent (child_connector): the worker has
  * no socket() and no DNS.
  */
 static void
@@ -803,7 +803,7 @@ http_setup(struct server_conf *srv)
 
 	memset(&co, 0, sizeof(co));
 	co.co_ca_file = srv->srv_ca_file;
-	co.co_connect = worker_connector;
+	co.co_connect = child_connector;
 	if ((wk.http = http_client_new(child_base(), &co)) == NULL)
 		fatalx("server %s: cannot set up HTTPS (ca-file?)", wk.name);
 	if (srv->srv_bearer.sr_value != NULL) {

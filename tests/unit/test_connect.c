@@ -1,7 +1,7 @@
 /*
  * Connections for sandboxed workers: which (host, port) a worker may ask
  * for given its server's url (http_url_matches), and the round trip
- * worker_connector -> CONNECT -> parent_connect.c -> CONNECTED or
+ * child_connector -> CONNECT -> parent_connect.c -> CONNECTED or
  * CONNECT_FAILED -> the connector's callback, over a real socketpair in
  * one process, with the parent and child hooks they need stubbed here.
  */
@@ -29,7 +29,7 @@
 #include "broker/parent.h"
 #include "common/http_client.h"
 #include "common/proc.h"
-#include "worker/worker_connect.h"
+#include "broker/child_connect.h"
 
 /*
  * Host and port matching.
@@ -122,7 +122,7 @@ test_url_endpoint(void **state)
 }
 
 /*
- * The round trip.  parent_connect.c and worker_connect.c are linked in;
+ * The round trip.  parent_connect.c and child_connect.c are linked in;
  * what they take from parent.c and child.c is stubbed.
  */
 static struct event_base	*base;
@@ -161,8 +161,8 @@ static const struct dispatch parent_dispatch_worker[] = {
 };
 
 static const struct dispatch worker_dispatch_parent[] = {
-	{ MSG_CONNECTED, worker_recv_connected, DISPATCH_FD },
-	{ MSG_CONNECT_FAILED, worker_recv_connect_failed, 0 },
+	{ MSG_CONNECTED, child_recv_connected, DISPATCH_FD },
+	{ MSG_CONNECT_FAILED, child_recv_connect_failed, 0 },
 	DISPATCH_END
 };
 
@@ -202,7 +202,7 @@ ask(const char *host, uint16_t port, struct answer *a)
 	memset(a, 0, sizeof(*a));
 	a->fd = -2;
 	in_connector = 1;
-	worker_connector(host, port, answered, a, NULL);
+	child_connector(host, port, answered, a, NULL);
 	in_connector = 0;
 }
 
@@ -569,13 +569,13 @@ test_unknown_answer_is_violation(void **state)
 	m.m_hdr.mh_id = 12345;
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
 	m.m_fd = sv[0];
-	assert_int_equal(worker_recv_connected(&to_parent, &m, o), -1);
+	assert_int_equal(child_recv_connected(&to_parent, &m, o), -1);
 	assert_int_equal(close(sv[0]), -1);	/* it was closed for us */
 	assert_int_equal(errno, EBADF);
 	close(sv[1]);
 	json_object_object_add(o, "error", json_object_new_string("x"));
 	m.m_fd = -1;
-	assert_int_equal(worker_recv_connect_failed(&to_parent, &m, o), -1);
+	assert_int_equal(child_recv_connect_failed(&to_parent, &m, o), -1);
 	json_object_put(o);
 }
 

@@ -15,7 +15,7 @@
 #include "broker/mcpbroker.h"
 #include "common/log.h"
 #include "common/util.h"
-#include "worker/worker_connect.h"
+#include "broker/child_connect.h"
 
 #define CONNECT_ERROR_MAX	1024
 
@@ -42,7 +42,7 @@ unreachable_cb(evutil_socket_t fd, short what, void *arg)
 }
 
 void
-worker_connector(const char *host, uint16_t port, http_connected_fn done,
+child_connector(const char *host, uint16_t port, http_connected_fn done,
     void *done_arg, void *connector_arg)
 {
 	static const struct timeval	 now;
@@ -86,7 +86,7 @@ wait_take(uint64_t id)
 }
 
 int
-worker_recv_connected(struct peer *p, struct msg *m, struct json_object *o)
+child_recv_connected(struct peer *p, struct msg *m, struct json_object *o)
 {
 	struct conn_wait *cw;
 
@@ -102,7 +102,7 @@ worker_recv_connected(struct peer *p, struct msg *m, struct json_object *o)
 }
 
 int
-worker_recv_connect_failed(struct peer *p, struct msg *m,
+child_recv_connect_failed(struct peer *p, struct msg *m,
     struct json_object *o)
 {
 	struct conn_wait	*cw;
