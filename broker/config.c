@@ -776,3 +776,14 @@ provider_base_url(const struct provider_conf *pv)
 		return NULL;	/* azure and compatible servers must say */
 	}
 }
+
+struct toolset_conf *
+config_find_toolset(const struct mcpbroker_conf *conf, const char *name)
+{
+	struct toolset_conf *ts;
+
+	TAILQ_FOREACH(ts, &conf->c_toolsets, ts_entry)
+		if (strcmp(ts->ts_name, name) == 0)
+			return ts;
+	return NULL;
+}

@@ -221,6 +221,8 @@ struct server_conf	*config_find_server(const struct mcpbroker_conf *,
 			    const char *);
 struct provider_conf	*config_find_provider(const struct mcpbroker_conf *,
 			    const char *);
+struct toolset_conf	*config_find_toolset(const struct mcpbroker_conf *,
+			    const char *);
 unsigned int		 config_server_count(const struct mcpbroker_conf *);
 
 /* base-url, or the vendor's public endpoint when the config names none. */

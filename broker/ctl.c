@@ -22,7 +22,8 @@
 #include "common/util.h"
 #include "broker/ctl.h"
 
-#define CTL_TIMEOUT_SEC	30
+#define CTL_TIMEOUT_SEC		30
+#define CTL_CALL_TIMEOUT_SEC	3600	/* a tool call has its own limit */
 
 static struct {
 	struct event_base	*base;
@@ -42,8 +43,10 @@ usage(void)
 	    "            the tools the running daemon has from server NAME\n"
 	    "  server call [-u user] [-c conversation] NAME TOOL [JSON]\n"
 	    "            call a tool through the daemon's worker for NAME\n"
-	    "  mcp tools [--sse] URL | -- COMMAND [ARG...]\n"
-	    "  mcp call [--sse] URL | -- COMMAND [ARG...] TOOL [JSON]\n"
+	    "  mcp tools [--sse] [-T ms] URL | [-e NAME]... -- COMMAND [ARG...]\n"
+	    "  mcp call [--sse] [-T ms] URL TOOL [JSON]\n"
+	    "  mcp call [-T ms] [-e NAME]... -- COMMAND [ARG...] TOOL JSON\n"
+	    "  mcp conformance URL   (client for the MCP conformance suite)\n"
 	    "            talk to one MCP server directly, with the worker's\n"
 	    "            client, and print what it answers as JSON\n");
 	exit(2);
@@ -94,7 +97,8 @@ ctl_connect(const char *path)
 static struct json_object *
 ctl_request_payload(const char *path, uint16_t type, struct json_object *body)
 {
-	struct timeval	 tv = { CTL_TIMEOUT_SEC, 0 };
+	struct timeval	 tv = { type == MSG_CTL_SERVER ? CTL_CALL_TIMEOUT_SEC :
+	    CTL_TIMEOUT_SEC, 0 };
 	struct msgchan	*mc;
 	int		 fd;
 

@@ -30,6 +30,9 @@
 #define FRONTEND_MAX_HEADERS	(32 * 1024)
 #define FRONTEND_MAX_PENDING	4096
 #define READY_TIMEOUT_MS	5000
+#define API_TIMEOUT_MS		(15 * 60 * 1000)	/* controller silent */
+#define STREAM_OUTPUT_MAX	(8 * 1024 * 1024)	/* slow client cap */
+#define DEV_USER		"dev"
 
 /* A request waiting for the controller's answer. */
 struct pending {
@@ -37,6 +40,9 @@ struct pending {
 	uint64_t		 pd_id;
 	struct evhttp_request	*pd_req;
 	struct event		*pd_timer;
+	uint64_t		 pd_timeout_ms;
+	int			 pd_relay;	/* an API request */
+	int			 pd_streaming;	/* SSE reply under way */
 };
 TAILQ_HEAD(pending_list, pending);
 
@@ -68,6 +74,12 @@ static int	frontend_recv_listen(struct peer *, struct msg *,
 		    struct json_object *);
 static int	frontend_recv_ready(struct peer *, struct msg *,
 		    struct json_object *);
+static int	frontend_recv_http_rep(struct peer *, struct msg *,
+		    struct json_object *);
+static int	frontend_recv_http_event(struct peer *, struct msg *,
+		    struct json_object *);
+static int	frontend_recv_http_end(struct peer *, struct msg *,
+		    struct json_object *);
 
 static const struct dispatch frontend_dispatch_parent[] = {
 	{ MSG_CONF_TEXT, child_recv_conf_text, 0 },
@@ -80,6 +92,9 @@ static const struct dispatch frontend_dispatch_parent[] = {
 
 static const struct dispatch frontend_dispatch_controller[] = {
 	{ MSG_READY_REP, frontend_recv_ready, 0 },
+	{ MSG_HTTP_REP, frontend_recv_http_rep, 0 },
+	{ MSG_HTTP_EVENT, frontend_recv_http_event, 0 },
+	{ MSG_HTTP_END, frontend_recv_http_end, 0 },
 	DISPATCH_END
 };
 
@@ -145,6 +160,16 @@ pending_find(uint64_t id)
 	return NULL;
 }
 
+/* An API request the controller still works on is called off. */
+static void
+pending_cancel(struct pending *pd)
+{
+	if (pd->pd_relay)
+		(void)peer_send(&fe.controller, MSG_HTTP_CANCEL, pd->pd_id, -1,
+		    NULL);
+	pending_free(pd);
+}
+
 static void
 pending_timeout(int fd, short ev, void *arg)
 {
@@ -152,9 +177,21 @@ pending_timeout(int fd, short ev, void *arg)
 
 	(void)fd;
 	(void)ev;
-	reply_error(pd->pd_req, 504, "Gateway Timeout", "timeout",
-	    "the controller did not answer in time");
-	pending_free(pd);
+	if (pd->pd_streaming)
+		evhttp_send_reply_end(pd->pd_req);
+	else
+		reply_error(pd->pd_req, 504, "Gateway Timeout", "timeout",
+		    "the controller did not answer in time");
+	pending_cancel(pd);
+}
+
+static void
+pending_touch(struct pending *pd)
+{
+	struct timeval tv = { pd->pd_timeout_ms / 1000,
+	    (pd->pd_timeout_ms % 1000) * 1000 };
+
+	evtimer_add(pd->pd_timer, &tv);
 }
 
 /* The client went away: its request is freed by evhttp, forget it. */
@@ -166,7 +203,7 @@ pending_conn_closed(struct evhttp_connection *evcon, void *arg)
 	(void)arg;
 	TAILQ_FOREACH_SAFE(pd, &fe.pending, pd_entry, next)
 		if (evhttp_request_get_connection(pd->pd_req) == evcon)
-			pending_free(pd);
+			pending_cancel(pd);
 }
 
 /* Ask the controller; the answer arrives in a frontend_recv_* handler. */
@@ -174,7 +211,6 @@ static void
 ask_controller(struct evhttp_request *req, uint16_t type,
     struct json_object *payload, uint64_t timeout_ms)
 {
-	struct timeval	 tv = { timeout_ms / 1000, (timeout_ms % 1000) * 1000 };
 	struct pending	*pd;
 
 	if (!peer_connected(&fe.controller) ||
@@ -193,6 +229,8 @@ ask_controller(struct evhttp_request *req, uint16_t type,
 	}
 	pd->pd_id = ++fe.next_id;
 	pd->pd_req = req;
+	pd->pd_timeout_ms = timeout_ms;
+	pd->pd_relay = type == MSG_HTTP_REQ;
 	if (peer_send(&fe.controller, type, pd->pd_id, -1, payload) == -1) {
 		event_free(pd->pd_timer);
 		free(pd);
@@ -202,7 +240,7 @@ ask_controller(struct evhttp_request *req, uint16_t type,
 	}
 	TAILQ_INSERT_TAIL(&fe.pending, pd, pd_entry);
 	fe.npending++;
-	evtimer_add(pd->pd_timer, &tv);
+	pending_touch(pd);
 	evhttp_connection_set_closecb(evhttp_request_get_connection(req),
 	    pending_conn_closed, NULL);
 }
@@ -225,17 +263,87 @@ route_readyz(struct evhttp_request *req)
 	ask_controller(req, MSG_READY_REQ, NULL, READY_TIMEOUT_MS);
 }
 
+static const char *
+method_str(enum evhttp_cmd_type m)
+{
+	switch (m) {
+	case EVHTTP_REQ_GET:
+		return "GET";
+	case EVHTTP_REQ_POST:
+		return "POST";
+	case EVHTTP_REQ_PATCH:
+		return "PATCH";
+	case EVHTTP_REQ_DELETE:
+		return "DELETE";
+	case EVHTTP_REQ_PUT:
+		return "PUT";
+	default:
+		return "OTHER";
+	}
+}
+
+/*
+ * The API is the controller's: the frontend checks the body is one JSON
+ * object, attaches the caller's identity (from authentication, never from
+ * the request) and relays it.
+ */
+static void
+route_api(struct evhttp_request *req)
+{
+	struct evbuffer		*in = evhttp_request_get_input_buffer(req);
+	const struct evhttp_uri	*uri = evhttp_request_get_evhttp_uri(req);
+	struct json_object	*payload, *body = NULL;
+	size_t			 len = evbuffer_get_length(in);
+	const char		*query;
+
+	if (len > 0 && (body = json_parse_object((const char *)evbuffer_pullup(
+	    in, len), len)) == NULL) {
+		reply_error(req, 400, "Bad Request", "invalid_json",
+		    "the request body must be one JSON object");
+		return;
+	}
+	payload = json_object_new_object();
+	json_object_object_add(payload, "method", json_object_new_string(
+	    method_str(evhttp_request_get_command(req))));
+	json_object_object_add(payload, "path",
+	    json_object_new_string(evhttp_uri_get_path(uri)));
+	if ((query = evhttp_uri_get_query(uri)) != NULL)
+		json_object_object_add(payload, "query",
+		    json_object_new_string(query));
+	if (body != NULL)
+		json_object_object_add(payload, "body", body);
+	json_object_object_add(payload, "user",
+	    json_object_new_string(DEV_USER));
+	ask_controller(req, MSG_HTTP_REQ, payload, API_TIMEOUT_MS);
+	json_object_put(payload);
+}
+
 struct route {
-	const char	*rt_path;
+	const char	*rt_path;	/* exact, or a prefix ending in '/' */
 	int		 rt_methods;	/* evhttp_cmd_type bits */
 	void		(*rt_fn)(struct evhttp_request *);
 };
 
+#define API_METHODS	(EVHTTP_REQ_GET | EVHTTP_REQ_POST | \
+			 EVHTTP_REQ_PATCH | EVHTTP_REQ_DELETE)
+
 static const struct route routes[] = {
 	{ "/healthz", EVHTTP_REQ_GET | EVHTTP_REQ_HEAD, route_healthz },
 	{ "/readyz", EVHTTP_REQ_GET | EVHTTP_REQ_HEAD, route_readyz },
+	{ "/llmchat/", API_METHODS, route_api },
+	{ "/api/v1/", API_METHODS, route_api },
 	{ NULL, 0, NULL }
 };
+
+static int
+route_matches(const struct route *rt, const char *path)
+{
+	size_t len = strlen(rt->rt_path);
+
+	if (rt->rt_path[len - 1] == '/')
+		return strncmp(path, rt->rt_path, len) == 0 && path[len] != '\0';
+	return strcmp(path, rt->rt_path) == 0;
+}
 
 static void
 frontend_request(struct evhttp_request *req, void *arg)
@@ -253,7 +361,7 @@ frontend_request(struct evhttp_request *req, void *arg)
 		return;
 	}
 	for (rt = routes; rt->rt_path != NULL; rt++)
-		if (strcmp(rt->rt_path, path) == 0)
+		if (route_matches(rt, path))
 			break;
 	evhttp_uri_free(uri);
 	if (rt->rt_path == NULL) {
@@ -263,7 +371,8 @@ frontend_request(struct evhttp_request *req, void *arg)
 	}
 	if ((evhttp_request_get_command(req) & rt->rt_methods) == 0) {
 		evhttp_add_header(evhttp_request_get_output_headers(req),
-		    "Allow", "GET, HEAD");
+		    "Allow", rt->rt_methods == API_METHODS ?
+		    "GET, POST, PATCH, DELETE" : "GET, HEAD");
 		reply_error(req, 405, "Method Not Allowed",
 		    "method_not_allowed", "this endpoint does not accept that "
 		    "method");
@@ -297,6 +406,148 @@ frontend_recv_ready(struct peer *p, struct msg *m, struct json_object *o)
 	else
 		reply_json(pd->pd_req, 503, "Service Unavailable", reply);
 	json_object_put(reply);
+	pending_free(pd);
+	return 0;
+}
+
+static const char *
+status_reason(int status)
+{
+	switch (status) {
+	case 200:
+		return "OK";
+	case 201:
+		return "Created";
+	case 204:
+		return "No Content";
+	case 400:
+		return "Bad Request";
+	case 401:
+		return "Unauthorized";
+	case 403:
+		return "Forbidden";
+	case 404:
+		return "Not Found";
+	case 409:
+		return "Conflict";
+	case 413:
+		return "Payload Too Large";
+	case 422:
+		return "Unprocessable Content";
+	case 429:
+		return "Too Many Requests";
+	case 502:
+		return "Bad Gateway";
+	case 503:
+		return "Service Unavailable";
+	case 504:
+		return "Gateway Timeout";
+	default:
+		return "Error";
+	}
+}
+
+static int
+frontend_recv_http_rep(struct peer *p, struct msg *m, struct json_object *o)
+{
+	struct evkeyvalq	*h;
+	struct json_object	*body = NULL;
+	struct pending		*pd;
+	int64_t			 status;
+	int			 stream = 0;
+
+	(void)p;
+	if (json_get_int(o, "status", 200, 599, 0, &status) == -1 ||
+	    json_get_bool(o, "stream", 1, &stream) == -1 ||
+	    (json_object_object_get_ex(o, "body", &body) &&
+	    !json_object_is_type(body, json_type_object)))
+		return -1;
+	if ((pd = pending_find(m->m_hdr.mh_id)) == NULL || pd->pd_streaming)
+		return pd == NULL ? 0 : -1;
+	if (!stream) {
+		if (body == NULL)
+			body = json_object_new_object();
+		else
+			json_object_get(body);
+		reply_json(pd->pd_req, (int)status, status_reason(status), body);
+		json_object_put(body);
+		pending_free(pd);
+		return 0;
+	}
+	h = evhttp_request_get_output_headers(pd->pd_req);
+	evhttp_add_header(h, "Content-Type", "text/event-stream");
+	evhttp_add_header(h, "Cache-Control", "no-store");
+	evhttp_add_header(h, "X-Accel-Buffering", "no");
+	evhttp_add_header(h, "X-Content-Type-Options", "nosniff");
+	evhttp_send_reply_start(pd->pd_req, (int)status,
+	    status_reason(status));
+	pd->pd_streaming = 1;
+	pending_touch(pd);
+	return 0;
+}
+
+/* A client that does not read its stream is dropped, not buffered for. */
+static int
+client_too_slow(struct pending *pd)
+{
+	struct evhttp_connection	*evcon;
+	struct bufferevent		*bev;
+
+	evcon = evhttp_request_get_connection(pd->pd_req);
+	bev = evhttp_connection_get_bufferevent(evcon);
+	return bev != NULL && evbuffer_get_length(bufferevent_get_output(bev)) >
+	    STREAM_OUTPUT_MAX;
+}
+
+static int
+frontend_recv_http_event(struct peer *p, struct msg *m, struct json_object *o)
+{
+	struct json_object	*data;
+	struct pending		*pd;
+	struct evbuffer		*buf;
+	const char		*event, *c;
+
+	(void)p;
+	if (json_get_str(o, "event", 32, 0, &event) == -1 ||
+	    !json_object_object_get_ex(o, "data", &data))
+		return -1;
+	for (c = event; *c != '\0'; c++)
+		if ((*c < 'a' || *c > 'z') && *c != '_')
+			return -1;
+	if ((pd = pending_find(m->m_hdr.mh_id)) == NULL)
+		return 0;
+	if (!pd->pd_streaming)
+		return -1;
+	if (client_too_slow(pd)) {
+		log_warnx("dropping a client that does not read its stream");
+		evhttp_connection_free(evhttp_request_get_connection(
+		    pd->pd_req));	/* closecb cancels the turn */
+		return 0;
+	}
+	if ((buf = evbuffer_new()) == NULL)
+		fatal("evbuffer_new");
+	/* JSON from json-c holds no raw newline: one data line is enough. */
+	evbuffer_add_printf(buf, "event: %s\ndata: %s\n\n", event,
+	    json_object_to_json_string_ext(data, JSON_C_TO_STRING_PLAIN |
+	    JSON_C_TO_STRING_NOSLASHESCAPE));
+	evhttp_send_reply_chunk(pd->pd_req, buf);
+	evbuffer_free(buf);
+	pending_touch(pd);
+	return 0;
+}
+
+static int
+frontend_recv_http_end(struct peer *p, struct msg *m, struct json_object *o)
+{
+	struct pending *pd;
+
+	(void)p;
+	(void)o;
+	if ((pd = pending_find(m->m_hdr.mh_id)) == NULL)
+		return 0;
+	if (!pd->pd_streaming)
+		return -1;
+	evhttp_send_reply_end(pd->pd_req);
 	pending_free(pd);
 	return 0;
 }

@@ -50,15 +50,28 @@ enum msg_type {
 				 *  (process group SIGTERM, SIGKILL after 2 s) */
 	MSG_ADMIN_REP,		/* controller -> parent {ok, error?, tools?,
 				 *  result?}; id: the ADMIN_REQ's */
-	MSG_CONNECT,		/* worker -> parent {host, port}; id: the
-				 *  worker's connect request number: open a
-				 *  TCP connection for me (only to the host
-				 *  and port of its server's url) */
+	MSG_CONNECT,		/* worker or controller -> parent {host,
+				 *  port}; id: the child's request number:
+				 *  open a TCP connection for me (a worker:
+				 *  only to its server's url; the controller:
+				 *  only to its providers' endpoints) */
 
 	/* frontend <-> controller, 200..299 */
 	MSG_READY_REQ = 200,	/* frontend -> controller {} */
 	MSG_READY_REP,		/* controller -> frontend
 				 *  {ready, servers:[{name, state, error?}]} */
+	MSG_HTTP_REQ,		/* frontend -> controller {method, path,
+				 *  query?, body?, user}: an API request
+				 *  (/llmchat/..., /api/v1/...); id: ours */
+	MSG_HTTP_REP,		/* controller -> frontend {status, body?,
+				 *  stream?}: the answer, or with stream the
+				 *  start of an event stream; id: the REQ's */
+	MSG_HTTP_EVENT,		/* controller -> frontend {event, data}: one
+				 *  SSE event of a stream; id: the REQ's */
+	MSG_HTTP_END,		/* controller -> frontend {}: the stream is
+				 *  over; id: the REQ's */
+	MSG_HTTP_CANCEL,	/* frontend -> controller {}: the client went
+				 *  away; id: the REQ's */
 
 	/* controller <-> worker, 300..399 */
 	MSG_WORKER_READY = 300,	/* worker -> controller {name} */

@@ -71,6 +71,10 @@ sandbox_drop_privileges(uid_t uid, gid_t gid)
 			/* Must not be able to get root back. */
 			if (setuid(0) != -1 || seteuid(0) != -1)
 				fatalx("privileges could be regained");
+			/* The uid change cleared it: die with the parent. */
+			if (prctl(PR_SET_PDEATHSIG, SIGKILL) == -1 ||
+			    getppid() == 1)
+				fatal("prctl(PR_SET_PDEATHSIG)");
 		}
 	}
 	sandbox_clear_caps();

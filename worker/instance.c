@@ -151,6 +151,8 @@ child_drop_privileges(uid_t uid, gid_t gid, int status_fd)
 		    setresuid(uid, uid, uid) == -1)
 			child_fail(status_fd, "cannot switch to uid %u: %s",
 			    (unsigned int)uid, strerror(errno));
+		/* The uid change cleared it. */
+		(void)prctl(PR_SET_PDEATHSIG, SIGKILL);
 	}
 	(void)prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
 	if ((caps = cap_init()) == NULL || cap_set_proc(caps) == -1)
@@ -197,8 +199,17 @@ child_environment(const struct server_conf *srv, uid_t uid, char **env)
 	    "/usr/local/bin:/usr/bin:/bin");
 	env_add(env, &n, "SHELL", "/bin/sh");
 	env_add(env, &n, "TERM", "dumb");
-	for (i = 0; i < srv->srv_nenv; i++)
+	for (i = 0; i < srv->srv_nenv; i++) {
+		/* The six above are ours; the config passes others on. */
+		if (strcmp(srv->srv_env[i], "HOME") == 0 ||
+		    strcmp(srv->srv_env[i], "LOGNAME") == 0 ||
+		    strcmp(srv->srv_env[i], "USER") == 0 ||
+		    strcmp(srv->srv_env[i], "PATH") == 0 ||
+		    strcmp(srv->srv_env[i], "SHELL") == 0 ||
+		    strcmp(srv->srv_env[i], "TERM") == 0)
+			continue;
 		env_add(env, &n, srv->srv_env[i], getenv(srv->srv_env[i]));
+	}
 	env[n] = NULL;
 }
 
@@ -224,6 +235,9 @@ child_exec(const struct server_conf *srv, uid_t uid, gid_t gid, int fds[3],
 	(void)prctl(PR_SET_PDEATHSIG, SIGKILL);
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
+	/* Ignored dispositions survive exec: give the server the defaults. */
+	signal(SIGPIPE, SIG_DFL);
+	signal(SIGHUP, SIG_DFL);
 	for (i = 0; i < 3; i++)
 		if (dup2(fds[i], i) == -1)
 			child_fail(status_fd, "dup2: %s", strerror(errno));

@@ -2,8 +2,9 @@
  * The stdio transport: newline-delimited JSON-RPC over a server process's
  * stdin and stdout, its stderr read as log lines.  The process itself is
  * someone else's (the parent spawned it); this only owns the pipes.  A line
- * longer than MCP_MAX_MESSAGE or a server that stops reading its input ends
- * the transport: there is no way to resynchronise a broken stream.
+ * longer than MCP_MAX_MESSAGE ends the transport: there is no way to
+ * resynchronise a broken stream.  A server that stops reading its input
+ * fails the requests we cannot queue for it.
  */
 #include <errno.h>
 #include <stdio.h>

@@ -32,7 +32,6 @@
 #define REAP_INTERVAL_MS	5000
 #define PING_INTERVAL_MS	30000	/* 2025-era liveness check */
 #define INSTANCE_KEY_MAX	160
-#define CALL_ARGS_MAX		(4u * 1024 * 1024)
 
 enum inst_state {
 	IS_SPAWNING,		/* asked the parent, fds not all here */
@@ -135,9 +134,9 @@ send_state(const char *state, const char *error)
 
 	json_object_object_add(o, "name", json_object_new_string(wk.name));
 	json_object_object_add(o, "state", json_object_new_string(state));
-	if (error != NULL)
+	if (error != NULL)	/* the controller takes at most 200 bytes */
 		json_object_object_add(o, "error",
-		    json_object_new_string(error));
+		    json_object_new_string_len(error, strnlen(error, 200)));
 	(void)peer_send(&wk.controller, MSG_WORKER_STATE, 0, -1, o);
 	json_object_put(o);
 }
@@ -718,7 +717,7 @@ worker_recv_call(struct peer *p, struct msg *m, struct json_object *o)
 	    !json_object_object_get_ex(o, "arguments", &args) ||
 	    !json_object_is_type(args, json_type_object) ||
 	    json_get_int(o, "timeout_ms", 1, 24 * 3600 * 1000, 1, &timeout) ==
-	    -1 || call_key(o, key, sizeof(key)) == -1)
+	    -1)
 		return -1;
 	if ((wc = calloc(1, sizeof(*wc))) == NULL)
 		fatal("calloc");
@@ -728,6 +727,13 @@ worker_recv_call(struct peer *p, struct msg *m, struct json_object *o)
 	wc->wc_timeout_ms = (uint64_t)timeout;
 	wc->wc_rpc = -1;
 	TAILQ_INSERT_TAIL(&wk.calls, wc, wc_entry);
+	if (call_key(o, key, sizeof(key)) == -1) {
+		call_fail(wc, MCP_ERR_LOCAL, "server %s keeps an instance per "
+		    "%s: the call must name one", wk.name,
+		    wk.srv->srv_isolation == ISOLATION_PER_USER ? "user" :
+		    "conversation");
+		return 0;
+	}
 	if ((in = inst_find_key(key)) == NULL) {
 		if (inst_count() > wk.srv->srv_max_instances) {
 			call_fail(wc, MCP_ERR_LOCAL, "server %s: instance limit "

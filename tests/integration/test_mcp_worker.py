@@ -110,8 +110,11 @@ class WorkerTest(unittest.TestCase):
         bob = self.probe(b, "probe", "whoami", user="bob")["pid"]
         self.assertEqual(alice1, alice2)
         self.assertNotEqual(alice1, bob)
+        worker = b.processes()["worker probe"]["pid"]
         r = self.call(b, "probe", "whoami", check=False)   # no user given
         self.assertNotEqual(r.returncode, 0)
+        self.assertIn("keeps an instance per user", r.stderr)
+        self.assertEqual(b.processes()["worker probe"]["pid"], worker)
 
     def test_server_exit_mid_call_is_reported_and_recovers(self):
         b = self.broker('server "bad" { command "python3" %s '
@@ -154,9 +157,6 @@ class WorkerTest(unittest.TestCase):
         wait_for(lambda: not pid_alive(pid), timeout=5,
                  what="instance gone")
 
-
-if __name__ == "__main__":
-    unittest.main()
 
 
 class HttpWorkerTest(unittest.TestCase):
@@ -296,3 +296,7 @@ class InstanceLifecycleTest(unittest.TestCase):
                  what="idle instance reaped")
         r = whoami("bob")
         self.assertEqual(r.returncode, 0, r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
