@@ -254,6 +254,10 @@ print_globals(FILE *fp, const struct mcpbroker_conf *conf)
 	    sizeof(b)));
 	fprintf(fp, "\theader-timeout %s\n",
 	    fmt_duration(lm->lm_header_timeout_ms, b, sizeof(b)));
+	fprintf(fp, "\tllm-timeout %s\n",
+	    fmt_duration(lm->lm_llm_timeout_ms, b, sizeof(b)));
+	fprintf(fp, "\tmax-result-bytes %s\n",
+	    fmt_size(lm->lm_max_result_bytes, b, sizeof(b)));
 	fputs("}\n", fp);
 }
 

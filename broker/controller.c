@@ -15,7 +15,10 @@
 #include <event2/event.h>
 #include <json-c/json.h>
 
+#include "broker/child_connect.h"
+#include "broker/controller.h"
 #include "broker/mcpbroker.h"
+#include "common/http_client.h"
 #include "common/log.h"
 #include "common/util.h"
 
@@ -45,9 +48,6 @@ struct worker_link {
 };
 TAILQ_HEAD(worker_link_list, worker_link);
 
-typedef void	(*tool_call_fn)(struct json_object *result,
-		    struct json_object *error, void *arg);
-
 /*
  * A tool call we sent to a worker.  The worker may answer only calls we
  * issued to it (the monitor's permission table): anything else is a
@@ -68,6 +68,7 @@ static struct {
 	struct worker_link_list	 workers;
 	struct tool_call_list	 calls;
 	uint64_t		 next_call;
+	struct http_client	*http;		/* to the LLM providers */
 } ctl;
 
 static int	controller_recv_peer(struct peer *, struct msg *,
@@ -88,6 +89,10 @@ static int	controller_recv_tool_progress(struct peer *, struct msg *,
 		    struct json_object *);
 static int	controller_recv_admin(struct peer *, struct msg *,
 		    struct json_object *);
+static int	controller_recv_http_req(struct peer *, struct msg *,
+		    struct json_object *);
+static int	controller_recv_http_cancel(struct peer *, struct msg *,
+		    struct json_object *);
 
 static const struct dispatch controller_dispatch_parent[] = {
 	{ MSG_CONF_TEXT, child_recv_conf_text, 0 },
@@ -97,11 +102,15 @@ static const struct dispatch controller_dispatch_parent[] = {
 	{ MSG_START, child_recv_start, 0 },
 	{ MSG_WORKER_DOWN, controller_recv_worker_down, 0 },
 	{ MSG_ADMIN_REQ, controller_recv_admin, 0 },
+	{ MSG_CONNECTED, child_recv_connected, DISPATCH_FD },
+	{ MSG_CONNECT_FAILED, child_recv_connect_failed, 0 },
 	DISPATCH_END
 };
 
 static const struct dispatch controller_dispatch_frontend[] = {
 	{ MSG_READY_REQ, controller_recv_ready_req, 0 },
+	{ MSG_HTTP_REQ, controller_recv_http_req, 0 },
+	{ MSG_HTTP_CANCEL, controller_recv_http_cancel, 0 },
 	DISPATCH_END
 };
 
@@ -417,10 +426,10 @@ controller_recv_tool_progress(struct peer *p, struct msg *m,
  * Call a tool on a server's worker.  done runs exactly once: with the
  * CallToolResult, or with an error object {code, message}.
  */
-static void
+uint64_t
 controller_call_tool(struct worker_link *wl, const char *tool,
     struct json_object *args, const char *user, const char *conversation,
-    tool_call_fn done, void *arg)
+    uint64_t timeout_ms, tool_call_fn done, void *arg)
 {
 	struct json_object	*o;
 	struct tool_call	*tc;
@@ -438,7 +447,7 @@ controller_call_tool(struct worker_link *wl, const char *tool,
 		    server_states[wl->wl_state], wl->wl_error[0] ? ": " : "",
 		    wl->wl_error);
 		free(tc);
-		return;
+		return 0;
 	}
 	o = json_object_new_object();
 	json_object_object_add(o, "tool", json_object_new_string(tool));
@@ -448,13 +457,71 @@ controller_call_tool(struct worker_link *wl, const char *tool,
 	if (conversation != NULL)
 		json_object_object_add(o, "conversation",
 		    json_object_new_string(conversation));
+	if (timeout_ms > 0)
+		json_object_object_add(o, "timeout_ms",
+		    json_object_new_int64(timeout_ms));
 	if (peer_send(&wl->wl_peer, MSG_TOOL_CALL, tc->tc_id, -1, o) == -1) {
 		TAILQ_REMOVE(&ctl.calls, tc, tc_entry);
 		error_json_done(tc, "server %s: cannot reach its worker",
 		    wl->wl_name);
 		free(tc);
+		json_object_put(o);
+		return 0;
 	}
 	json_object_put(o);
+	return tc->tc_id;
+}
+
+void
+controller_cancel_call(uint64_t call)
+{
+	struct tool_call *tc;
+
+	TAILQ_FOREACH(tc, &ctl.calls, tc_entry)
+		if (tc->tc_id == call) {
+			(void)peer_send(&tc->tc_worker->wl_peer,
+			    MSG_TOOL_CANCEL, call, -1, NULL);
+			TAILQ_REMOVE(&ctl.calls, tc, tc_entry);
+			free(tc);
+			return;
+		}
+}
+
+struct worker_link *
+controller_worker(const char *server)
+{
+	return worker_find(server);
+}
+
+const char *
+controller_worker_name(const struct worker_link *wl)
+{
+	return wl->wl_name;
+}
+
+struct json_object *
+controller_worker_tools(const struct worker_link *wl)
+{
+	return wl->wl_tools;
+}
+
+const char *
+controller_worker_state(const struct worker_link *wl, const char **error)
+{
+	*error = wl->wl_error[0] != '\0' ? wl->wl_error : NULL;
+	return server_states[wl->wl_state];
+}
+
+struct mcpbroker_conf *
+controller_conf(void)
+{
+	return ctl.conf;
+}
+
+struct http_client *
+controller_http(void)
+{
+	return ctl.http;
 }
 
 /* ---- administrators (mcpbrokerctl server ..., through the parent) ---- */
@@ -527,9 +594,90 @@ controller_recv_admin(struct peer *p, struct msg *m, struct json_object *o)
 	    !json_object_object_get_ex(o, "arguments", &args) ||
 	    !json_object_is_type(args, json_type_object))
 		return -1;
-	controller_call_tool(wl, tool, args, user, conv, admin_call_done,
-	    (void *)(uintptr_t)m->m_hdr.mh_id);
+	(void)controller_call_tool(wl, tool, args, user, conv, 0,
+	    admin_call_done, (void *)(uintptr_t)m->m_hdr.mh_id);
 	return 0;
+}
+
+/* ---- the HTTP API, relayed by the frontend ---- */
+
+static int
+controller_recv_http_req(struct peer *p, struct msg *m, struct json_object *o)
+{
+	(void)p;
+	api_request(m->m_hdr.mh_id, o);
+	return 0;
+}
+
+static int
+controller_recv_http_cancel(struct peer *p, struct msg *m,
+    struct json_object *o)
+{
+	(void)p;
+	(void)o;
+	api_cancel(m->m_hdr.mh_id);
+	return 0;
+}
+
+static void
+api_send(uint16_t type, uint64_t id, struct json_object *o)
+{
+	(void)peer_send(&ctl.frontend, type, id, -1, o);
+	json_object_put(o);
+}
+
+void
+api_reply(uint64_t id, int status, struct json_object *body)
+{
+	struct json_object *o = json_object_new_object();
+
+	json_object_object_add(o, "status", json_object_new_int(status));
+	if (body != NULL)
+		json_object_object_add(o, "body", body);
+	api_send(MSG_HTTP_REP, id, o);
+}
+
+void
+api_error(uint64_t id, int status, const char *code, const char *fmt, ...)
+{
+	struct json_object	*body = json_object_new_object(), *e;
+	char			 msg[1024];
+	va_list			 ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	e = json_object_new_object();
+	json_object_object_add(e, "code", json_object_new_string(code));
+	json_object_object_add(e, "message", json_object_new_string(msg));
+	json_object_object_add(body, "error", e);
+	api_reply(id, status, body);
+}
+
+void
+api_stream_start(uint64_t id)
+{
+	struct json_object *o = json_object_new_object();
+
+	json_object_object_add(o, "status", json_object_new_int(200));
+	json_object_object_add(o, "stream", json_object_new_boolean(1));
+	api_send(MSG_HTTP_REP, id, o);
+}
+
+void
+api_event(uint64_t id, const char *event, struct json_object *data)
+{
+	struct json_object *o = json_object_new_object();
+
+	json_object_object_add(o, "event", json_object_new_string(event));
+	json_object_object_add(o, "data", data);
+	api_send(MSG_HTTP_EVENT, id, o);
+}
+
+void
+api_stream_end(uint64_t id)
+{
+	api_send(MSG_HTTP_END, id, json_object_new_object());
 }
 
 /* Servers gone from the configuration are gone from readiness too. */
@@ -548,6 +696,15 @@ controller_configure(struct mcpbroker_conf *conf, int reload)
 			(void)worker_link_new(srv->srv_name);
 	config_free(ctl.conf);
 	ctl.conf = conf;
+	/* Made before the sandbox: it reads the CA store now. */
+	if (ctl.http == NULL) {
+		struct http_client_opts co;
+
+		memset(&co, 0, sizeof(co));
+		co.co_connect = child_connector;
+		if ((ctl.http = http_client_new(child_base(), &co)) == NULL)
+			fatalx("cannot set up the HTTP client for providers");
+	}
 	return 0;
 }
 

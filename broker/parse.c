@@ -1706,8 +1706,32 @@ lm_header_timeout(struct parser *p, struct blk *b)
 	    &LIM(p)->lm_header_timeout_ms);
 }
 
+static int
+lm_llm_timeout(struct parser *p, struct blk *b)
+{
+	(void)b;
+	return blk_duration(p, "llm-timeout", &LIM(p)->lm_llm_timeout_ms);
+}
+
+static int
+lm_result_bytes(struct parser *p, struct blk *b)
+{
+	char	*v;
+	int	 line;
+
+	(void)b;
+	if (get_value(p, "max-result-bytes", &v, &line) == -1)
+		return -1;
+	parse_size(p, line, "max-result-bytes", v,
+	    &LIM(p)->lm_max_result_bytes);
+	free(v);
+	return 0;
+}
+
 static const struct kw limits_kw[] = {
 	{ "tool-rounds", lm_tool_rounds, 0 },
+	{ "llm-timeout", lm_llm_timeout, 0 },
+	{ "max-result-bytes", lm_result_bytes, 0 },
 	{ "tool-timeout", lm_tool_timeout, 0 },
 	{ "history-messages", lm_history, 0 },
 	{ "max-body", lm_max_body, 0 },
@@ -2652,6 +2676,8 @@ conf_new(void)
 	conf->c_limits.lm_history_messages = 50;
 	conf->c_limits.lm_max_body = 1024 * 1024;
 	conf->c_limits.lm_header_timeout_ms = 10 * 1000;
+	conf->c_limits.lm_llm_timeout_ms = 120 * 1000;
+	conf->c_limits.lm_max_result_bytes = 64 * 1024;
 	return conf;
 }
 

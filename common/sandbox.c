@@ -118,6 +118,9 @@ static const int sc_controller[] = {
 	SCMP_SYS(getuid), SCMP_SYS(flock), SCMP_SYS(access),
 	SCMP_SYS(faccessat), SCMP_SYS(faccessat2), SCMP_SYS(stat),
 	SCMP_SYS(lstat), SCMP_SYS(readlink),
+	/* The HTTP client to the providers, on sockets the parent opened. */
+	SCMP_SYS(setsockopt), SCMP_SYS(getsockopt), SCMP_SYS(getsockname),
+	SCMP_SYS(getpeername), SCMP_SYS(shutdown),
 	-1
 };
 

@@ -1,0 +1,1274 @@
+/*
+ * The conversation engine.  A session belongs to one user and holds the
+ * chosen provider, model, tools and history.  A turn sends the history to
+ * the LLM (streaming), relays its text as `token` events, runs the tool
+ * calls it asks for in parallel through the workers, feeds the results
+ * back, and repeats until the model answers or tool-rounds is reached.
+ * Stop, or the client going away, cancels the LLM request and every tool
+ * call in flight.
+ */
+#include <sys/queue.h>
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <json-c/json.h>
+
+#include "broker/chat.h"
+#include "broker/controller.h"
+#include "broker/providers/provider.h"
+#include "common/http_client.h"
+#include "common/log.h"
+#include "common/util.h"
+
+#define MAX_CALLS_PER_ROUND	16
+#define MAX_ERROR_BODY		(64 * 1024)
+#define MAX_TEXT		(1024 * 1024)	/* an answer */
+#define LLM_CONNECT_MS		10000
+#define SYSTEM_PROMPT		"You are a helpful assistant. Use the tools " \
+				"you are given when they help answer the user."
+#define TRUNCATED_MARKER	"\n[... truncated by mcpbroker]"
+
+/* A tool as the LLM sees it, and where it really lives. */
+struct tool_map {
+	char			*tm_name;	/* provider-facing */
+	char			*tm_server;
+	char			*tm_tool;
+	char			*tm_description;
+	struct json_object	*tm_schema;
+};
+
+struct call {
+	char			 c_id[64];	/* the provider's call id */
+	struct tool_map		*c_map;		/* NULL: unknown tool */
+	char			*c_name;
+	char			*c_args;	/* JSON text from the model */
+	uint64_t		 c_call;	/* controller call, or 0 */
+	uint64_t		 c_start_ms;
+	char			*c_output;	/* the result, for the model */
+	int			 c_error;
+	int			 c_done;
+};
+
+struct turn;
+
+struct session {
+	TAILQ_ENTRY(session)	 s_entry;
+	char			 s_user[64];
+	char			 s_provider[64];
+	char			 s_model[128];
+	char			 s_toolset[64];
+	int			 s_has_temperature;
+	double			 s_temperature;
+	int			 s_max_tokens;
+	int			 s_streaming;
+	struct tool_map		*s_tools;
+	size_t			 s_ntools;
+	struct chat_message	*s_history;
+	size_t			 s_nhistory;
+	char			 s_conversation[40];
+	struct turn		*s_turn;
+};
+TAILQ_HEAD(session_list, session);
+
+struct turn {
+	struct session		*t_s;
+	uint64_t		 t_req;		/* the API request */
+	int			 t_stream;
+	unsigned int		 t_round;
+	uint64_t		 t_start_ms;
+	const struct provider_ops *t_ops;
+	struct http_request	*t_http;
+	struct provider_stream	*t_ps;
+	int			 t_status;
+	struct evbuffer		*t_text;	/* this round's answer */
+	struct evbuffer		*t_errbody;
+	struct call		 t_calls[MAX_CALLS_PER_ROUND];
+	size_t			 t_ncalls;
+	size_t			 t_pending;
+	int			 t_too_many_calls;
+	struct json_object	*t_used;	/* tools_used */
+	struct json_object	*t_invocations;	/* tool_invocations */
+	uint64_t		 t_in_tokens;
+	uint64_t		 t_out_tokens;
+};
+
+static struct session_list	sessions = TAILQ_HEAD_INITIALIZER(sessions);
+
+static void	round_start(struct turn *);
+
+/* ---- sessions ---- */
+
+static struct session *
+session_find(const char *user)
+{
+	struct session *s;
+
+	TAILQ_FOREACH(s, &sessions, s_entry)
+		if (strcmp(s->s_user, user) == 0)
+			return s;
+	return NULL;
+}
+
+static void
+message_clear(struct chat_message *m)
+{
+	size_t i;
+
+	free(m->cm_content);
+	for (i = 0; i < m->cm_ncalls; i++) {
+		free(m->cm_calls[i].tc_id);
+		free(m->cm_calls[i].tc_name);
+		free(m->cm_calls[i].tc_arguments);
+	}
+	free(m->cm_calls);
+	free(m->cm_call_id);
+	free(m->cm_call_name);
+	memset(m, 0, sizeof(*m));
+}
+
+static void
+history_clear(struct session *s)
+{
+	size_t i;
+
+	for (i = 0; i < s->s_nhistory; i++)
+		message_clear(&s->s_history[i]);
+	free(s->s_history);
+	s->s_history = NULL;
+	s->s_nhistory = 0;
+}
+
+static void
+tools_clear(struct session *s)
+{
+	size_t i;
+
+	for (i = 0; i < s->s_ntools; i++) {
+		free(s->s_tools[i].tm_name);
+		free(s->s_tools[i].tm_server);
+		free(s->s_tools[i].tm_tool);
+		free(s->s_tools[i].tm_description);
+		json_object_put(s->s_tools[i].tm_schema);
+	}
+	free(s->s_tools);
+	s->s_tools = NULL;
+	s->s_ntools = 0;
+}
+
+static char *
+xstrdup(const char *s)
+{
+	char *d;
+
+	if (s == NULL)
+		return NULL;
+	if ((d = strdup(s)) == NULL)
+		fatal("strdup");
+	return d;
+}
+
+static struct chat_message *
+history_add(struct session *s, enum chat_role role, const char *content)
+{
+	struct chat_message *m;
+
+	s->s_history = reallocarray(s->s_history, s->s_nhistory + 1,
+	    sizeof(*s->s_history));
+	if (s->s_history == NULL)
+		fatal("reallocarray");
+	m = &s->s_history[s->s_nhistory++];
+	memset(m, 0, sizeof(*m));
+	m->cm_role = role;
+	m->cm_content = xstrdup(content);
+	return m;
+}
+
+/*
+ * Keep the last history-messages messages, cut at a user message so that
+ * no tool result is left without the call it answers.
+ */
+static void
+history_trim(struct session *s)
+{
+	unsigned int	max = controller_conf()->c_limits.lm_history_messages;
+	size_t		cut, i;
+
+	if (s->s_nhistory <= max)
+		return;
+	for (cut = s->s_nhistory - max; cut < s->s_nhistory &&
+	    s->s_history[cut].cm_role != ROLE_USER; cut++)
+		;
+	for (i = 0; i < cut; i++)
+		message_clear(&s->s_history[i]);
+	memmove(s->s_history, s->s_history + cut,
+	    (s->s_nhistory - cut) * sizeof(*s->s_history));
+	s->s_nhistory -= cut;
+	log_debug("chat %s: history trimmed to %zu messages", s->s_user,
+	    s->s_nhistory);
+}
+
+/* ---- tools ---- */
+
+/* SERVER.TOOL as [A-Za-z0-9_-]{1,64}: SERVER__TOOL, unique. */
+static char *
+provider_name(struct session *s, const char *server, const char *tool)
+{
+	char	name[65], *c;
+	size_t	i, n;
+	int	k;
+
+	snprintf(name, sizeof(name), "%s__%s", server, tool);
+	for (c = name; *c != '\0'; c++)
+		if (!isalnum((unsigned char)*c) && *c != '_' && *c != '-')
+			*c = '_';
+	n = strlen(name);
+	for (k = 2; k < 100; k++) {
+		for (i = 0; i < s->s_ntools; i++)
+			if (strcmp(s->s_tools[i].tm_name, name) == 0)
+				break;
+		if (i == s->s_ntools)
+			return xstrdup(name);
+		snprintf(name + (n > 60 ? 60 : n), 5, "_%d", k);
+	}
+	return NULL;
+}
+
+static int
+glob_match(const char *pat, const char *s)
+{
+	if (*pat == '\0')
+		return *s == '\0';
+	if (*pat == '*')
+		return glob_match(pat + 1, s) || (*s != '\0' &&
+		    glob_match(pat, s + 1));
+	return *s != '\0' && (*pat == '?' || *pat == *s) &&
+	    glob_match(pat + 1, s + 1);
+}
+
+static int
+in_toolset(const struct toolset_conf *ts, const char *id)
+{
+	size_t i;
+
+	if (ts == NULL)
+		return 1;
+	for (i = 0; i < ts->ts_ntools; i++)
+		if (glob_match(ts->ts_tools[i], id))
+			return 1;
+	return 0;
+}
+
+static void
+add_tool(struct session *s, const char *server, struct json_object *t)
+{
+	struct json_object	*name, *desc, *schema;
+	struct tool_map		*tm;
+
+	if (!json_object_object_get_ex(t, "name", &name) ||
+	    !json_object_object_get_ex(t, "inputSchema", &schema))
+		return;
+	s->s_tools = reallocarray(s->s_tools, s->s_ntools + 1,
+	    sizeof(*s->s_tools));
+	if (s->s_tools == NULL)
+		fatal("reallocarray");
+	tm = &s->s_tools[s->s_ntools];
+	if ((tm->tm_name = provider_name(s, server,
+	    json_object_get_string(name))) == NULL)
+		return;
+	tm->tm_server = xstrdup(server);
+	tm->tm_tool = xstrdup(json_object_get_string(name));
+	tm->tm_description = xstrdup(json_object_object_get_ex(t,
+	    "description", &desc) ? json_object_get_string(desc) : "");
+	tm->tm_schema = json_object_get(schema);
+	s->s_ntools++;
+}
+
+/* The tools of the session's toolset (all tools without one). */
+static void
+tools_collect(struct session *s)
+{
+	const struct toolset_conf	*ts;
+	const struct server_conf	*srv;
+	struct worker_link		*wl;
+	struct json_object		*tools, *tool, *name;
+	char				 id[256];
+	size_t				 i;
+
+	tools_clear(s);
+	ts = config_find_toolset(controller_conf(), s->s_toolset);
+	TAILQ_FOREACH(srv, &controller_conf()->c_servers, srv_entry) {
+		if ((wl = controller_worker(srv->srv_name)) == NULL ||
+		    (tools = controller_worker_tools(wl)) == NULL)
+			continue;
+		for (i = 0; i < json_object_array_length(tools); i++) {
+			tool = json_object_array_get_idx(tools, i);
+			if (!json_object_object_get_ex(tool, "name", &name))
+				continue;
+			snprintf(id, sizeof(id), "%s.%s", srv->srv_name,
+			    json_object_get_string(name));
+			if (in_toolset(ts, id))
+				add_tool(s, srv->srv_name, tool);
+		}
+	}
+}
+
+static struct tool_map *
+tool_lookup(struct session *s, const char *name)
+{
+	size_t i;
+
+	for (i = 0; i < s->s_ntools; i++)
+		if (strcmp(s->s_tools[i].tm_name, name) == 0)
+			return &s->s_tools[i];
+	return NULL;
+}
+
+static struct json_object *
+tools_json(struct session *s)
+{
+	struct json_object	*arr = json_object_new_array(), *t;
+	size_t			 i;
+
+	for (i = 0; i < s->s_ntools; i++) {
+		t = json_object_new_object();
+		json_object_object_add(t, "name", json_object_new_string(
+		    s->s_tools[i].tm_name));
+		json_object_object_add(t, "server", json_object_new_string(
+		    s->s_tools[i].tm_server));
+		json_object_object_add(t, "tool", json_object_new_string(
+		    s->s_tools[i].tm_tool));
+		json_object_object_add(t, "description",
+		    json_object_new_string(s->s_tools[i].tm_description));
+		json_object_object_add(t, "input_schema",
+		    json_object_get(s->s_tools[i].tm_schema));
+		json_object_array_add(arr, t);
+	}
+	return arr;
+}
+
+/* ---- turns ---- */
+
+static void
+turn_event(struct turn *t, const char *event, struct json_object *data)
+{
+	if (t->t_stream)
+		api_event(t->t_req, event, data);
+	else
+		json_object_put(data);
+}
+
+static void
+turn_free(struct turn *t)
+{
+	size_t i;
+
+	http_request_cancel(t->t_http);
+	if (t->t_ps != NULL)
+		t->t_ops->po_stream_free(t->t_ps);
+	for (i = 0; i < t->t_ncalls; i++) {
+		if (t->t_calls[i].c_call != 0 && !t->t_calls[i].c_done)
+			controller_cancel_call(t->t_calls[i].c_call);
+		free(t->t_calls[i].c_name);
+		free(t->t_calls[i].c_args);
+		free(t->t_calls[i].c_output);
+	}
+	evbuffer_free(t->t_text);
+	evbuffer_free(t->t_errbody);
+	json_object_put(t->t_used);
+	json_object_put(t->t_invocations);
+	if (t->t_s->s_turn == t)
+		t->t_s->s_turn = NULL;
+	free(t);
+}
+
+/*
+ * The turn ends in an error.  A stream that has started gets an `error`
+ * event; otherwise the request gets the HTTP status that says what failed.
+ */
+static void
+turn_fail(struct turn *t, int status, const char *code, int recoverable,
+    const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
+static void
+turn_fail(struct turn *t, int status, const char *code, int recoverable,
+    const char *fmt, ...)
+{
+	struct json_object	*e;
+	char			 msg[1024];
+	va_list			 ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	log_info("chat %s: %s", t->t_s->s_user, msg);
+	if (t->t_stream) {
+		e = json_object_new_object();
+		json_object_object_add(e, "message", json_object_new_string(msg));
+		json_object_object_add(e, "code", json_object_new_string(code));
+		json_object_object_add(e, "recoverable",
+		    json_object_new_boolean(recoverable));
+		api_event(t->t_req, "error", e);
+		api_stream_end(t->t_req);
+	} else
+		api_error(t->t_req, status, code, "%s", msg);
+	turn_free(t);
+}
+
+static struct json_object *
+usage_json(struct turn *t)
+{
+	struct json_object *u = json_object_new_object();
+
+	json_object_object_add(u, "input_tokens",
+	    json_object_new_int64(t->t_in_tokens));
+	json_object_object_add(u, "output_tokens",
+	    json_object_new_int64(t->t_out_tokens));
+	return u;
+}
+
+static void
+turn_final(struct turn *t)
+{
+	struct json_object	*f = json_object_new_object();
+	size_t			 len = evbuffer_get_length(t->t_text);
+
+	json_object_object_add(f, "content", json_object_new_string_len(
+	    (const char *)evbuffer_pullup(t->t_text, len), len));
+	json_object_object_add(f, "tools_used", json_object_get(t->t_used));
+	json_object_object_add(f, "tool_invocations",
+	    json_object_get(t->t_invocations));
+	json_object_object_add(f, "elapsed_ms", json_object_new_int64(
+	    monotonic_ms() - t->t_start_ms));
+	json_object_object_add(f, "usage", usage_json(t));
+	json_object_object_add(f, "conversation_id",
+	    json_object_new_string(t->t_s->s_conversation));
+	if (t->t_stream) {
+		api_event(t->t_req, "final", f);
+		api_stream_end(t->t_req);
+	} else
+		api_reply(t->t_req, 200, f);
+	turn_free(t);
+}
+
+/* ---- the model's output ---- */
+
+static void
+ev_text(void *arg, const char *text, size_t len)
+{
+	struct turn		*t = arg;
+	struct json_object	*o;
+
+	if (evbuffer_get_length(t->t_text) + len > MAX_TEXT)
+		return;
+	evbuffer_add(t->t_text, text, len);
+	if (t->t_stream && len > 0) {
+		o = json_object_new_object();
+		json_object_object_add(o, "content",
+		    json_object_new_string_len(text, len));
+		api_event(t->t_req, "token", o);
+	}
+}
+
+static void
+ev_tool_call(void *arg, const char *id, const char *name, const char *args)
+{
+	struct turn	*t = arg;
+	struct call	*c;
+
+	if (t->t_ncalls == MAX_CALLS_PER_ROUND) {
+		t->t_too_many_calls = 1;
+		return;
+	}
+	c = &t->t_calls[t->t_ncalls++];
+	memset(c, 0, sizeof(*c));
+	if (id != NULL && *id != '\0')
+		snprintf(c->c_id, sizeof(c->c_id), "%s", id);
+	else
+		snprintf(c->c_id, sizeof(c->c_id), "call_%u_%zu", t->t_round,
+		    t->t_ncalls);
+	c->c_name = xstrdup(name);
+	c->c_args = xstrdup(args != NULL && *args != '\0' ? args : "{}");
+	c->c_map = tool_lookup(t->t_s, name);
+}
+
+static void
+ev_usage(void *arg, uint64_t in, uint64_t out)
+{
+	struct turn *t = arg;
+
+	/* Per round, reports are cumulative: the last one of a round counts. */
+	t->t_in_tokens += in;
+	t->t_out_tokens += out;
+}
+
+static void
+ev_finish(void *arg, const char *reason)
+{
+	(void)arg;
+	(void)reason;
+}
+
+static const struct provider_events events = {
+	ev_text, ev_tool_call, ev_usage, ev_finish
+};
+
+/* ---- tool calls ---- */
+
+static void	round_after_tools(struct turn *);
+
+/*
+ * What the model gets back from a tool: its text parts (other parts named
+ * by type), cut at max-result-bytes with a marker that says so.
+ */
+static char *
+result_text(struct json_object *result)
+{
+	struct json_object	*content, *c, *type, *text;
+	struct evbuffer		*b = evbuffer_new();
+	uint64_t		 max = controller_conf()->c_limits.
+				    lm_max_result_bytes;
+	unsigned char		*p;
+	char			*out;
+	size_t			 i, len;
+	int			 truncated;
+
+	if (b == NULL)
+		fatal("evbuffer_new");
+	if (json_object_object_get_ex(result, "content", &content))
+		for (i = 0; i < json_object_array_length(content) &&
+		    evbuffer_get_length(b) <= max; i++) {
+			c = json_object_array_get_idx(content, i);
+			if (!json_object_object_get_ex(c, "type", &type))
+				continue;
+			if (json_object_object_get_ex(c, "text", &text))
+				evbuffer_add_printf(b, "%s%s", i ? "\n" : "",
+				    json_object_get_string(text));
+			else
+				evbuffer_add_printf(b, "%s[%s content]",
+				    i ? "\n" : "", json_object_get_string(type));
+		}
+	len = evbuffer_get_length(b);
+	p = evbuffer_pullup(b, -1);
+	truncated = len > max;
+	if (truncated) {
+		/* Cut before a UTF-8 continuation byte, not inside a character. */
+		for (len = max; len > 0 && (p[len] & 0xc0) == 0x80; len--)
+			;
+	}
+	if ((out = malloc(len + sizeof(TRUNCATED_MARKER))) == NULL)
+		fatal("malloc");
+	if (len > 0)
+		memcpy(out, p, len);
+	if (truncated)
+		memcpy(out + len, TRUNCATED_MARKER, sizeof(TRUNCATED_MARKER));
+	else
+		out[len] = '\0';
+	evbuffer_free(b);
+	return out;
+}
+
+static void
+invocation_add(struct turn *t, struct call *c)
+{
+	struct json_object *inv = json_object_new_object();
+
+	json_object_object_add(inv, "id", json_object_new_string(c->c_id));
+	json_object_object_add(inv, "tool", json_object_new_string(c->c_map ?
+	    c->c_map->tm_tool : c->c_name));
+	json_object_object_add(inv, "server", json_object_new_string(
+	    c->c_map ? c->c_map->tm_server : ""));
+	json_object_object_add(inv, "input", json_object_new_string(
+	    c->c_args));
+	json_object_object_add(inv, "output", json_object_new_string(
+	    c->c_output));
+	json_object_object_add(inv, "is_error",
+	    json_object_new_boolean(c->c_error));
+	json_object_object_add(inv, "elapsed_ms", json_object_new_int64(
+	    monotonic_ms() - c->c_start_ms));
+	json_object_array_add(t->t_invocations, inv);
+}
+
+static void
+call_finish(struct turn *t, struct call *c, const char *output, int error)
+{
+	struct json_object *o = json_object_new_object();
+
+	c->c_done = 1;
+	c->c_output = xstrdup(output);
+	c->c_error = error;
+	json_object_object_add(o, "id", json_object_new_string(c->c_id));
+	json_object_object_add(o, "tool", json_object_new_string(c->c_map ?
+	    c->c_map->tm_tool : c->c_name));
+	if (error) {
+		json_object_object_add(o, "error",
+		    json_object_new_string(output));
+		json_object_object_add(o, "timestamp",
+		    json_object_new_int64((int64_t)time(NULL)));
+		turn_event(t, "tool_error", o);
+	} else {
+		json_object_object_add(o, "output",
+		    json_object_new_string(output));
+		json_object_object_add(o, "elapsed_ms", json_object_new_int64(
+		    monotonic_ms() - c->c_start_ms));
+		turn_event(t, "tool_end", o);
+	}
+	invocation_add(t, c);
+	if (--t->t_pending == 0)
+		round_after_tools(t);
+}
+
+struct call_ref {
+	struct turn	*cr_turn;
+	size_t		 cr_index;
+};
+
+static void
+call_done(struct json_object *result, struct json_object *error, void *arg)
+{
+	struct call_ref		 cr = *(struct call_ref *)arg;
+	struct call		*c = &cr.cr_turn->t_calls[cr.cr_index];
+	struct json_object	*v;
+	char			*text;
+	int			 is_error = 0;
+
+	free(arg);
+	if (error != NULL) {
+		call_finish(cr.cr_turn, c, json_object_object_get_ex(error,
+		    "message", &v) ? json_object_get_string(v) :
+		    "the tool call failed", 1);
+		return;
+	}
+	if (json_object_object_get_ex(result, "isError", &v))
+		is_error = json_object_get_boolean(v);
+	text = result_text(result);
+	call_finish(cr.cr_turn, c, text, is_error);
+	free(text);
+}
+
+static void
+call_start(struct turn *t, size_t i)
+{
+	struct call		*c = &t->t_calls[i];
+	struct json_object	*args, *o;
+	struct worker_link	*wl;
+	struct call_ref		*cr;
+	char			 why[256];
+
+	c->c_start_ms = monotonic_ms();
+	args = json_parse_object(c->c_args, strlen(c->c_args));
+	o = json_object_new_object();
+	json_object_object_add(o, "id", json_object_new_string(c->c_id));
+	json_object_object_add(o, "tool", json_object_new_string(c->c_map ?
+	    c->c_map->tm_tool : c->c_name));
+	json_object_object_add(o, "server", json_object_new_string(c->c_map ?
+	    c->c_map->tm_server : ""));
+	json_object_object_add(o, "input", args != NULL ?
+	    json_object_get(args) : json_object_new_string(c->c_args));
+	turn_event(t, "tool_start", o);
+	/* Mistakes of the model go back to it, to correct. */
+	if (c->c_map == NULL) {
+		snprintf(why, sizeof(why), "there is no tool named \"%.100s\"",
+		    c->c_name);
+		call_finish(t, c, why, 1);
+	} else if (args == NULL) {
+		call_finish(t, c, "the arguments are not a valid JSON object; "
+		    "call the tool again with a JSON object", 1);
+	} else if ((wl = controller_worker(c->c_map->tm_server)) == NULL) {
+		call_finish(t, c, "the tool's server is gone", 1);
+	} else {
+		if ((cr = malloc(sizeof(*cr))) == NULL)
+			fatal("malloc");
+		cr->cr_turn = t;
+		cr->cr_index = i;
+		c->c_call = controller_call_tool(wl, c->c_map->tm_tool, args,
+		    t->t_s->s_user, t->t_s->s_conversation,
+		    controller_conf()->c_limits.lm_tool_timeout_ms, call_done,
+		    cr);
+	}
+	json_object_put(args);
+}
+
+/* The assistant's message of this round, then one result per call. */
+static void
+round_record(struct turn *t)
+{
+	struct chat_message	*m;
+	size_t			 len = evbuffer_get_length(t->t_text), i;
+	char			*text;
+
+	if ((text = malloc(len + 1)) == NULL)
+		fatal("malloc");
+	evbuffer_copyout(t->t_text, text, len);
+	text[len] = '\0';
+	m = history_add(t->t_s, ROLE_ASSISTANT, len > 0 ? text : NULL);
+	free(text);
+	if (t->t_ncalls == 0)
+		return;
+	if ((m->cm_calls = calloc(t->t_ncalls, sizeof(*m->cm_calls))) == NULL)
+		fatal("calloc");
+	m->cm_ncalls = t->t_ncalls;
+	for (i = 0; i < t->t_ncalls; i++) {
+		m->cm_calls[i].tc_id = xstrdup(t->t_calls[i].c_id);
+		m->cm_calls[i].tc_name = xstrdup(t->t_calls[i].c_name);
+		m->cm_calls[i].tc_arguments = xstrdup(t->t_calls[i].c_args);
+	}
+}
+
+static void
+round_after_tools(struct turn *t)
+{
+	struct chat_message	*m;
+	struct call		*c;
+	size_t			 i;
+
+	for (i = 0; i < t->t_ncalls; i++) {
+		c = &t->t_calls[i];
+		m = history_add(t->t_s, ROLE_TOOL, c->c_output);
+		m->cm_call_id = xstrdup(c->c_id);
+		m->cm_call_name = xstrdup(c->c_name);
+		m->cm_is_error = c->c_error;
+		if (c->c_map != NULL && !c->c_error) {
+			char id[256];
+
+			snprintf(id, sizeof(id), "%s.%s", c->c_map->tm_server,
+			    c->c_map->tm_tool);
+			json_object_array_add(t->t_used,
+			    json_object_new_string(id));
+		}
+		free(c->c_name);
+		free(c->c_args);
+		free(c->c_output);
+		memset(c, 0, sizeof(*c));
+	}
+	t->t_ncalls = 0;
+	if (t->t_round >= controller_conf()->c_limits.lm_tool_rounds) {
+		turn_fail(t, 422, "tool_rounds", 1, "the model was still "
+		    "calling tools after %u rounds (limits tool-rounds); ask "
+		    "again or narrow the question", t->t_round);
+		return;
+	}
+	evbuffer_drain(t->t_text, evbuffer_get_length(t->t_text));
+	round_start(t);
+}
+
+/* ---- the LLM request ---- */
+
+static void
+llm_response(struct http_request *req, int status,
+    const struct http_headers *h, void *arg)
+{
+	struct turn *t = arg;
+
+	(void)req;
+	(void)h;
+	t->t_status = status;
+	if (status / 100 == 2 && (t->t_ps = t->t_ops->po_stream_new(&events,
+	    t)) == NULL)
+		fatalx("provider stream");
+}
+
+static void
+llm_body(struct http_request *req, const char *buf, size_t len, void *arg)
+{
+	struct turn *t = arg;
+
+	(void)req;
+	if (t->t_status / 100 != 2) {
+		if (evbuffer_get_length(t->t_errbody) + len <= MAX_ERROR_BODY)
+			evbuffer_add(t->t_errbody, buf, len);
+		return;
+	}
+	if (t->t_ops->po_stream_feed(t->t_ps, buf, len) == -1) {
+		http_request_cancel(t->t_http);
+		t->t_http = NULL;
+		turn_fail(t, 502, "provider_error", 1, "provider %s sent a "
+		    "malformed stream: %s", t->t_s->s_provider,
+		    t->t_ops->po_stream_error(t->t_ps));
+	}
+}
+
+/* A provider's refusal, in terms the user can act on. */
+static void
+llm_refused(struct turn *t)
+{
+	char	 msg[512];
+	size_t	 len = evbuffer_get_length(t->t_errbody);
+	int	 status = t->t_status;
+
+	t->t_ops->po_error_message(status, (const char *)evbuffer_pullup(
+	    t->t_errbody, len), len, msg, sizeof(msg));
+	if (status == 401 || status == 403)
+		turn_fail(t, 400, "provider_credentials", 1, "provider %s "
+		    "refused the credentials (HTTP %d): %s; check its api-key",
+		    t->t_s->s_provider, status, msg);
+	else if (status == 429)
+		turn_fail(t, 429, "provider_rate_limited", 1, "provider %s "
+		    "is rate limiting: %s", t->t_s->s_provider, msg);
+	else if (status == 400 || status == 404 || status == 422)
+		turn_fail(t, 502, "provider_rejected", 1, "provider %s "
+		    "rejected the request (HTTP %d): %s", t->t_s->s_provider,
+		    status, msg);
+	else
+		turn_fail(t, 503, "provider_unavailable", 1, "provider %s "
+		    "answered HTTP %d: %s", t->t_s->s_provider, status, msg);
+}
+
+static void
+llm_done(struct http_request *req, int err, const char *why, void *arg)
+{
+	struct turn	*t = arg;
+	size_t		 i;
+
+	(void)req;
+	t->t_http = NULL;
+	if (err == HTTP_ERR_TIMEOUT) {
+		turn_fail(t, 504, "provider_timeout", 1, "provider %s did not "
+		    "answer in time: %s", t->t_s->s_provider, why);
+		return;
+	}
+	if (err != 0 && t->t_status == 0) {
+		turn_fail(t, 503, "provider_unreachable", 1, "provider %s is "
+		    "unreachable: %s; check its base-url and that it is up",
+		    t->t_s->s_provider, why);
+		return;
+	}
+	if (t->t_status / 100 != 2) {
+		llm_refused(t);
+		return;
+	}
+	if (err != 0 || t->t_ops->po_stream_end(t->t_ps) == -1) {
+		turn_fail(t, 502, "provider_error", 1, "provider %s: %s",
+		    t->t_s->s_provider, err != 0 ? why :
+		    t->t_ops->po_stream_error(t->t_ps));
+		return;
+	}
+	t->t_ops->po_stream_free(t->t_ps);
+	t->t_ps = NULL;
+	if (t->t_too_many_calls)
+		log_warnx("chat %s: more than %d tool calls in one round; the "
+		    "rest were dropped", t->t_s->s_user, MAX_CALLS_PER_ROUND);
+	round_record(t);
+	if (t->t_ncalls == 0) {
+		turn_final(t);
+		return;
+	}
+	t->t_round++;
+	t->t_pending = t->t_ncalls;
+	for (i = 0; i < t->t_ncalls && t->t_s->s_turn == t; i++)
+		call_start(t, i);
+}
+
+static const struct http_callbacks llm_callbacks = {
+	llm_response, llm_body, llm_done
+};
+
+static const struct provider_conf *
+provider_find(const char *name)
+{
+	return config_find_provider(controller_conf(), name);
+}
+
+static void
+round_start(struct turn *t)
+{
+	struct session			*s = t->t_s;
+	const struct provider_conf	*pv;
+	struct chat_message		*msgs;
+	struct chat_tool_def		*defs;
+	struct chat_request		 rq;
+	struct provider_http		 ph;
+	struct http_request_opts	 ro;
+	char				 why[256];
+	size_t				 i;
+
+	if ((pv = provider_find(s->s_provider)) == NULL) {
+		turn_fail(t, 503, "provider_gone", 0, "provider %s is no "
+		    "longer configured; connect again", s->s_provider);
+		return;
+	}
+	t->t_ops = provider_ops(pv->pv_type);
+	/* The system prompt first, then the history. */
+	if ((msgs = calloc(s->s_nhistory + 1, sizeof(*msgs))) == NULL ||
+	    (defs = calloc(s->s_ntools + 1, sizeof(*defs))) == NULL)
+		fatal("calloc");
+	msgs[0].cm_role = ROLE_SYSTEM;
+	msgs[0].cm_content = SYSTEM_PROMPT;
+	memcpy(msgs + 1, s->s_history, s->s_nhistory * sizeof(*msgs));
+	for (i = 0; i < s->s_ntools; i++) {
+		defs[i].td_name = s->s_tools[i].tm_name;
+		defs[i].td_description = s->s_tools[i].tm_description;
+		defs[i].td_schema = s->s_tools[i].tm_schema;
+	}
+	memset(&rq, 0, sizeof(rq));
+	rq.rq_provider = pv;
+	rq.rq_model = s->s_model[0] != '\0' ? s->s_model : pv->pv_model;
+	rq.rq_has_temperature = s->s_has_temperature;
+	rq.rq_temperature = s->s_temperature;
+	rq.rq_max_tokens = s->s_max_tokens;
+	rq.rq_messages = msgs;
+	rq.rq_nmessages = s->s_nhistory + 1;
+	rq.rq_tools = defs;
+	rq.rq_ntools = s->s_ntools;
+	memset(&ph, 0, sizeof(ph));
+	if (t->t_ops->po_build(&rq, &ph, why, sizeof(why)) == -1) {
+		free(msgs);
+		free(defs);
+		provider_http_free(&ph);
+		turn_fail(t, 422, "request", 0, "%s", why);
+		return;
+	}
+	free(msgs);
+	free(defs);
+	memset(&ro, 0, sizeof(ro));
+	ro.ro_method = "POST";
+	ro.ro_url = ph.ph_url;
+	ro.ro_headers = ph.ph_headers;
+	ro.ro_nheaders = ph.ph_nheaders;
+	ro.ro_body = ph.ph_body;
+	ro.ro_body_len = ph.ph_body_len;
+	ro.ro_connect_timeout_ms = LLM_CONNECT_MS;
+	ro.ro_idle_timeout_ms = controller_conf()->c_limits.lm_llm_timeout_ms;
+	t->t_status = 0;
+	t->t_http = http_request_start(controller_http(), &ro, &llm_callbacks,
+	    t);
+	provider_http_free(&ph);
+	if (t->t_http == NULL)
+		turn_fail(t, 503, "provider_unreachable", 1, "provider %s: %s",
+		    s->s_provider, http_client_error(controller_http()));
+}
+
+/* ---- the API ---- */
+
+static int
+body_str(uint64_t id, struct json_object *body, const char *key, size_t max,
+    int optional, const char **out)
+{
+	if (json_get_str(body, key, max, optional, out) == 0)
+		return 0;
+	api_error(id, 422, "invalid_field", "\"%s\": expected a string of at "
+	    "most %zu characters%s", key, max, optional ? "" :
+	    " (required)");
+	return -1;
+}
+
+static int
+connect_options(uint64_t id, struct session *s, struct json_object *body)
+{
+	struct json_object	*cfg, *v;
+	int64_t			 mt;
+
+	s->s_has_temperature = 0;
+	s->s_max_tokens = 0;
+	if (!json_object_object_get_ex(body, "config", &cfg))
+		return 0;
+	if (!json_object_is_type(cfg, json_type_object)) {
+		api_error(id, 422, "invalid_field", "\"config\": expected an "
+		    "object");
+		return -1;
+	}
+	if (json_object_object_get_ex(cfg, "temperature", &v)) {
+		if ((!json_object_is_type(v, json_type_double) &&
+		    !json_object_is_type(v, json_type_int)) ||
+		    json_object_get_double(v) < 0 ||
+		    json_object_get_double(v) > 2) {
+			api_error(id, 422, "invalid_field", "\"config."
+			    "temperature\": expected a number from 0 to 2");
+			return -1;
+		}
+		s->s_has_temperature = 1;
+		s->s_temperature = json_object_get_double(v);
+	}
+	if (json_get_int(cfg, "max_tokens", 1, 1000000, 1, &mt) == -1) {
+		api_error(id, 422, "invalid_field", "\"config.max_tokens\": "
+		    "expected an integer from 1 to 1000000");
+		return -1;
+	}
+	s->s_max_tokens = (int)mt;
+	return 0;
+}
+
+static struct session *
+session_new(const char *user)
+{
+	struct session *s;
+
+	if ((s = calloc(1, sizeof(*s))) == NULL)
+		fatal("calloc");
+	snprintf(s->s_user, sizeof(s->s_user), "%s", user);
+	TAILQ_INSERT_TAIL(&sessions, s, s_entry);
+	return s;
+}
+
+static void
+session_free(struct session *s)
+{
+	if (s->s_turn != NULL)
+		turn_fail(s->s_turn, 409, "disconnected", 0, "the session was "
+		    "closed");
+	TAILQ_REMOVE(&sessions, s, s_entry);
+	history_clear(s);
+	tools_clear(s);
+	free(s);
+}
+
+/*
+ * Connect (or reconnect: the same session, new settings, new history).
+ * Everything is checked before anything changes.
+ */
+void
+chat_connect(uint64_t id, const char *user, struct json_object *body)
+{
+	const struct provider_conf	*pv;
+	struct session			 tmp, *s;
+	const char			*provider, *model = NULL, *toolset = NULL;
+	struct json_object		*r;
+	int				 streaming = 1;
+
+	if (body == NULL || body_str(id, body, "provider", 63, 0, &provider) ==
+	    -1 || body_str(id, body, "model", 127, 1, &model) == -1 ||
+	    body_str(id, body, "toolset", 63, 1, &toolset) == -1)
+		return;
+	if (json_get_bool(body, "streaming", 1, &streaming) == -1) {
+		api_error(id, 422, "invalid_field", "\"streaming\": expected "
+		    "true or false");
+		return;
+	}
+	if ((pv = provider_find(provider)) == NULL) {
+		api_error(id, 422, "invalid_field", "\"provider\": no provider "
+		    "\"%s\" is configured", provider);
+		return;
+	}
+	if (toolset != NULL && config_find_toolset(controller_conf(),
+	    toolset) == NULL) {
+		api_error(id, 422, "invalid_field", "\"toolset\": no toolset "
+		    "\"%s\" is configured", toolset);
+		return;
+	}
+	memset(&tmp, 0, sizeof(tmp));
+	if (connect_options(id, &tmp, body) == -1)
+		return;
+	if ((s = session_find(user)) != NULL)
+		session_free(s);
+	s = session_new(user);
+	s->s_has_temperature = tmp.s_has_temperature;
+	s->s_temperature = tmp.s_temperature;
+	s->s_max_tokens = tmp.s_max_tokens;
+	s->s_streaming = streaming;
+	snprintf(s->s_provider, sizeof(s->s_provider), "%s", provider);
+	snprintf(s->s_model, sizeof(s->s_model), "%s", model != NULL ? model :
+	    pv->pv_model != NULL ? pv->pv_model : "");
+	snprintf(s->s_toolset, sizeof(s->s_toolset), "%s", toolset != NULL ?
+	    toolset : "");
+	snprintf(s->s_conversation, sizeof(s->s_conversation), "%08x%08x",
+	    arc4random(), arc4random());
+	tools_collect(s);
+	r = json_object_new_object();
+	json_object_object_add(r, "status", json_object_new_string(
+	    "connected"));
+	json_object_object_add(r, "user_id", json_object_new_string(user));
+	json_object_object_add(r, "provider", json_object_new_string(
+	    provider));
+	json_object_object_add(r, "model", json_object_new_string(
+	    s->s_model));
+	json_object_object_add(r, "tool_count", json_object_new_int(
+	    (int)s->s_ntools));
+	json_object_object_add(r, "tools", tools_json(s));
+	json_object_object_add(r, "conversation_id", json_object_new_string(
+	    s->s_conversation));
+	api_reply(id, 200, r);
+}
+
+void
+chat_send(uint64_t id, const char *user, struct json_object *body)
+{
+	struct session	*s;
+	struct turn	*t;
+	const char	*message;
+	int		 streaming;
+
+	if ((s = session_find(user)) == NULL) {
+		api_error(id, 409, "not_connected", "connect first: POST "
+		    "/llmchat/connect");
+		return;
+	}
+	if (body == NULL || body_str(id, body, "message", 100000, 0,
+	    &message) == -1)
+		return;
+	if (*message == '\0') {
+		api_error(id, 422, "invalid_field", "\"message\": must not be "
+		    "empty");
+		return;
+	}
+	streaming = s->s_streaming;
+	if (json_get_bool(body, "streaming", 1, &streaming) == -1) {
+		api_error(id, 422, "invalid_field", "\"streaming\": expected "
+		    "true or false");
+		return;
+	}
+	if (s->s_turn != NULL) {
+		api_error(id, 409, "busy", "a message is still being answered; "
+		    "wait for it or POST /llmchat/stop");
+		return;
+	}
+	if ((t = calloc(1, sizeof(*t))) == NULL ||
+	    (t->t_text = evbuffer_new()) == NULL ||
+	    (t->t_errbody = evbuffer_new()) == NULL)
+		fatal("calloc");
+	t->t_s = s;
+	t->t_req = id;
+	t->t_stream = streaming;
+	t->t_start_ms = monotonic_ms();
+	t->t_used = json_object_new_array();
+	t->t_invocations = json_object_new_array();
+	s->s_turn = t;
+	history_add(s, ROLE_USER, message);
+	history_trim(s);
+	if (streaming)
+		api_stream_start(id);
+	round_start(t);
+}
+
+void
+chat_stop(uint64_t id, const char *user)
+{
+	struct session		*s = session_find(user);
+	struct json_object	*r = json_object_new_object();
+
+	json_object_object_add(r, "stopped", json_object_new_boolean(s !=
+	    NULL && s->s_turn != NULL));
+	if (s != NULL && s->s_turn != NULL)
+		turn_fail(s->s_turn, 409, "stopped", 1, "stopped at the user's "
+		    "request");
+	api_reply(id, 200, r);
+}
+
+void
+chat_request_gone(uint64_t id)
+{
+	struct session *s;
+
+	TAILQ_FOREACH(s, &sessions, s_entry)
+		if (s->s_turn != NULL && s->s_turn->t_req == id) {
+			log_info("chat %s: the client went away; stopping",
+			    s->s_user);
+			turn_free(s->s_turn);
+			return;
+		}
+}
+
+void
+chat_disconnect(uint64_t id, const char *user)
+{
+	struct session		*s = session_find(user);
+	struct json_object	*r = json_object_new_object();
+
+	if (s != NULL)
+		session_free(s);
+	json_object_object_add(r, "status", json_object_new_string(
+	    "disconnected"));
+	api_reply(id, 200, r);
+}
+
+void
+chat_status(uint64_t id, const char *user)
+{
+	struct json_object *r = json_object_new_object();
+
+	json_object_object_add(r, "user_id", json_object_new_string(user));
+	json_object_object_add(r, "connected", json_object_new_boolean(
+	    session_find(user) != NULL));
+	api_reply(id, 200, r);
+}
+
+void
+chat_config(uint64_t id, const char *user)
+{
+	struct session		*s = session_find(user);
+	struct json_object	*r, *cfg;
+
+	if (s == NULL) {
+		api_error(id, 404, "not_connected", "no session for %s", user);
+		return;
+	}
+	r = json_object_new_object();
+	cfg = json_object_new_object();
+	json_object_object_add(r, "user_id", json_object_new_string(user));
+	json_object_object_add(r, "provider", json_object_new_string(
+	    s->s_provider));
+	json_object_object_add(r, "model", json_object_new_string(
+	    s->s_model));
+	json_object_object_add(r, "toolset", json_object_new_string(
+	    s->s_toolset));
+	json_object_object_add(r, "streaming", json_object_new_boolean(
+	    s->s_streaming));
+	if (s->s_has_temperature)
+		json_object_object_add(cfg, "temperature",
+		    json_object_new_double(s->s_temperature));
+	if (s->s_max_tokens > 0)
+		json_object_object_add(cfg, "max_tokens",
+		    json_object_new_int(s->s_max_tokens));
+	json_object_object_add(r, "config", cfg);
+	api_reply(id, 200, r);
+}
+
+static const char *
+role_str(enum chat_role r)
+{
+	switch (r) {
+	case ROLE_USER:
+		return "user";
+	case ROLE_ASSISTANT:
+		return "assistant";
+	case ROLE_TOOL:
+		return "tool";
+	default:
+		return "system";
+	}
+}
+
+void
+chat_history(uint64_t id, const char *user, int clear)
+{
+	struct session		*s = session_find(user);
+	struct json_object	*r, *arr, *m;
+	size_t			 i;
+
+	if (s == NULL) {
+		api_error(id, 404, "not_connected", "no session for %s", user);
+		return;
+	}
+	r = json_object_new_object();
+	if (clear) {
+		if (s->s_turn != NULL) {
+			json_object_put(r);
+			api_error(id, 409, "busy", "a message is still being "
+			    "answered");
+			return;
+		}
+		history_clear(s);
+		json_object_object_add(r, "cleared",
+		    json_object_new_boolean(1));
+		api_reply(id, 200, r);
+		return;
+	}
+	arr = json_object_new_array();
+	for (i = 0; i < s->s_nhistory; i++) {
+		m = json_object_new_object();
+		json_object_object_add(m, "role", json_object_new_string(
+		    role_str(s->s_history[i].cm_role)));
+		json_object_object_add(m, "content", json_object_new_string(
+		    s->s_history[i].cm_content != NULL ?
+		    s->s_history[i].cm_content : ""));
+		json_object_array_add(arr, m);
+	}
+	json_object_object_add(r, "messages", arr);
+	api_reply(id, 200, r);
+}

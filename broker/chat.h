@@ -1,0 +1,24 @@
+/*
+ * Conversations: one chat session per user, and the turn loop that runs
+ * the LLM, its tool calls through the workers, and the stream of events
+ * back to the client.
+ */
+#ifndef MCPBROKER_CHAT_H
+#define MCPBROKER_CHAT_H
+
+#include <stdint.h>
+
+struct json_object;
+
+/* Each takes the API request id and answers it (api_reply/api_event). */
+void	chat_connect(uint64_t id, const char *user, struct json_object *body);
+void	chat_send(uint64_t id, const char *user, struct json_object *body);
+void	chat_stop(uint64_t id, const char *user);
+void	chat_disconnect(uint64_t id, const char *user);
+void	chat_status(uint64_t id, const char *user);
+void	chat_config(uint64_t id, const char *user);
+void	chat_history(uint64_t id, const char *user, int clear);
+/* The client of request id went away: stop its turn, if it has one. */
+void	chat_request_gone(uint64_t id);
+
+#endif

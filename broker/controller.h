@@ -1,0 +1,50 @@
+/*
+ * Inside the controller: what controller.c (workers, calls, channels)
+ * offers to controller_api.c (the HTTP API) and chat.c (conversations).
+ */
+#ifndef MCPBROKER_CONTROLLER_H
+#define MCPBROKER_CONTROLLER_H
+
+#include <stdint.h>
+
+#include "broker/config.h"
+
+struct json_object;
+struct http_client;
+struct worker_link;
+
+/* done runs once: with a CallToolResult, or with an error {code, message}. */
+typedef void	(*tool_call_fn)(struct json_object *result,
+		    struct json_object *error, void *arg);
+
+struct mcpbroker_conf	*controller_conf(void);
+struct http_client	*controller_http(void);
+
+struct worker_link	*controller_worker(const char *server);
+const char		*controller_worker_name(const struct worker_link *);
+/* The server's tools as its worker last listed them, or NULL. */
+struct json_object	*controller_worker_tools(const struct worker_link *);
+/* "ready", "down", ...; *error gets the last error or NULL. */
+const char		*controller_worker_state(const struct worker_link *,
+			    const char **error);
+
+uint64_t	controller_call_tool(struct worker_link *, const char *tool,
+		    struct json_object *args, const char *user,
+		    const char *conversation, uint64_t timeout_ms,
+		    tool_call_fn, void *arg);
+/* No callback after this; the worker cancels the MCP request. */
+void		controller_cancel_call(uint64_t call);
+
+/* Answers to the frontend for API request `id` (MSG_HTTP_*). */
+void	api_reply(uint64_t id, int status, struct json_object *body);
+void	api_error(uint64_t id, int status, const char *code,
+	    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+void	api_stream_start(uint64_t id);
+void	api_event(uint64_t id, const char *event, struct json_object *data);
+void	api_stream_end(uint64_t id);
+
+/* controller_api.c */
+void	api_request(uint64_t id, struct json_object *req);
+void	api_cancel(uint64_t id);
+
+#endif

@@ -1,0 +1,208 @@
+/*
+ * The HTTP API, on the controller's side: the frontend relays each request
+ * (MSG_HTTP_REQ) with the caller's identity; here it is routed, every field
+ * is checked, and the answer goes back as MSG_HTTP_REP (and, for streams,
+ * MSG_HTTP_EVENTs and an MSG_HTTP_END).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include <json-c/json.h>
+
+#include "broker/chat.h"
+#include "broker/controller.h"
+#include "common/log.h"
+#include "common/util.h"
+
+#define PATH_MAX_LEN	512
+
+struct api_route {
+	const char	*ar_method;
+	const char	*ar_path;	/* exact, or a prefix ending in '/' */
+	void		(*ar_fn)(uint64_t, const char *user, const char *rest,
+			    struct json_object *body);
+};
+
+static void
+r_connect(uint64_t id, const char *user, const char *rest,
+    struct json_object *body)
+{
+	(void)rest;
+	chat_connect(id, user, body);
+}
+
+static void
+r_chat(uint64_t id, const char *user, const char *rest,
+    struct json_object *body)
+{
+	(void)rest;
+	chat_send(id, user, body);
+}
+
+static void
+r_stop(uint64_t id, const char *user, const char *rest,
+    struct json_object *body)
+{
+	(void)rest;
+	(void)body;
+	chat_stop(id, user);
+}
+
+static void
+r_disconnect(uint64_t id, const char *user, const char *rest,
+    struct json_object *body)
+{
+	(void)rest;
+	(void)body;
+	chat_disconnect(id, user);
+}
+
+/* Another user's session is not the caller's business (no admins yet). */
+static int
+own(uint64_t id, const char *user, const char *who)
+{
+	if (strcmp(user, who) == 0)
+		return 1;
+	api_error(id, 403, "forbidden", "you may only see your own session");
+	return 0;
+}
+
+static void
+r_status(uint64_t id, const char *user, const char *rest,
+    struct json_object *body)
+{
+	(void)body;
+	if (own(id, user, rest))
+		chat_status(id, user);
+}
+
+static void
+r_config(uint64_t id, const char *user, const char *rest,
+    struct json_object *body)
+{
+	(void)body;
+	if (own(id, user, rest))
+		chat_config(id, user);
+}
+
+static void
+r_history(uint64_t id, const char *user, const char *rest,
+    struct json_object *body)
+{
+	(void)rest;
+	(void)body;
+	chat_history(id, user, 0);
+}
+
+static void
+r_history_clear(uint64_t id, const char *user, const char *rest,
+    struct json_object *body)
+{
+	(void)rest;
+	(void)body;
+	chat_history(id, user, 1);
+}
+
+/* Every configured server with its state and tools. */
+static void
+r_tools(uint64_t id, const char *user, const char *rest,
+    struct json_object *body)
+{
+	const struct server_conf	*srv;
+	struct worker_link		*wl;
+	struct json_object		*r, *arr, *o, *tools;
+	const char			*state, *error;
+
+	(void)user;
+	(void)rest;
+	(void)body;
+	arr = json_object_new_array();
+	TAILQ_FOREACH(srv, &controller_conf()->c_servers, srv_entry) {
+		if ((wl = controller_worker(srv->srv_name)) == NULL)
+			continue;
+		state = controller_worker_state(wl, &error);
+		tools = controller_worker_tools(wl);
+		o = json_object_new_object();
+		json_object_object_add(o, "server",
+		    json_object_new_string(srv->srv_name));
+		json_object_object_add(o, "state", json_object_new_string(
+		    state));
+		if (error != NULL)
+			json_object_object_add(o, "error",
+			    json_object_new_string(error));
+		json_object_object_add(o, "tools", tools != NULL ?
+		    json_object_get(tools) : json_object_new_array());
+		json_object_array_add(arr, o);
+	}
+	r = json_object_new_object();
+	json_object_object_add(r, "servers", arr);
+	api_reply(id, 200, r);
+}
+
+static const struct api_route api_routes[] = {
+	{ "POST", "/llmchat/connect", r_connect },
+	{ "POST", "/llmchat/chat", r_chat },
+	{ "POST", "/llmchat/stop", r_stop },
+	{ "POST", "/llmchat/disconnect", r_disconnect },
+	{ "GET", "/llmchat/status/", r_status },
+	{ "GET", "/llmchat/config/", r_config },
+	{ "GET", "/llmchat/history", r_history },
+	{ "DELETE", "/llmchat/history", r_history_clear },
+	{ "GET", "/api/v1/tools", r_tools },
+	{ NULL, NULL, NULL }
+};
+
+/* The path matches; rest is what follows a prefix route. */
+static int
+path_matches(const char *pattern, const char *path, const char **rest)
+{
+	size_t len = strlen(pattern);
+
+	if (pattern[len - 1] == '/') {
+		if (strncmp(path, pattern, len) != 0 || path[len] == '\0' ||
+		    strchr(path + len, '/') != NULL)
+			return 0;
+		*rest = path + len;
+		return 1;
+	}
+	*rest = "";
+	return strcmp(path, pattern) == 0;
+}
+
+void
+api_request(uint64_t id, struct json_object *req)
+{
+	const struct api_route	*r;
+	struct json_object	*body = NULL;
+	const char		*method, *path, *user, *rest;
+	int			 path_known = 0;
+
+	if (json_get_str(req, "method", 8, 0, &method) == -1 ||
+	    json_get_str(req, "path", PATH_MAX_LEN, 0, &path) == -1 ||
+	    json_get_str(req, "user", 64, 0, &user) == -1 ||
+	    (json_object_object_get_ex(req, "body", &body) &&
+	    !json_object_is_type(body, json_type_object))) {
+		api_error(id, 400, "bad_request", "malformed request");
+		return;
+	}
+	for (r = api_routes; r->ar_method != NULL; r++) {
+		if (!path_matches(r->ar_path, path, &rest))
+			continue;
+		path_known = 1;
+		if (strcmp(r->ar_method, method) == 0) {
+			r->ar_fn(id, user, rest, body);
+			return;
+		}
+	}
+	if (path_known)
+		api_error(id, 405, "method_not_allowed", "%s is not allowed "
+		    "on %s", method, path);
+	else
+		api_error(id, 404, "not_found", "no such endpoint");
+}
+
+void
+api_cancel(uint64_t id)
+{
+	chat_request_gone(id);
+}

@@ -1,0 +1,256 @@
+"""Conversations end to end: the real daemon, the fake LLM speaking each
+provider's wire format, and server-filesystem over stdio."""
+import json
+import os
+import shutil
+import tempfile
+import threading
+import time
+import unittest
+
+from broker import Broker, free_port, wait_for
+from llmfixtures import KEY, PROVIDERS, FakeLLM, sse_events
+from mcpfixtures import FILESYSTEM, node
+
+SECRET_TEXT = "The vault code is 4-8-15-16-23-42."
+
+
+class ChatBase(unittest.TestCase):
+    provider = "openai"
+    limits = ""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.llm = FakeLLM()
+        cls.dir = tempfile.mkdtemp()
+        os.chmod(cls.dir, 0o755)
+        cls.file = os.path.join(cls.dir, "note.txt")
+        with open(cls.file, "w") as f:
+            f.write(SECRET_TEXT + "\n")
+        os.chmod(cls.file, 0o644)
+        os.environ["FAKE_LLM_KEY"] = KEY
+        cls.b = Broker('provider "llm" { %s }\n'
+                       'provider "down" { type ollama base-url '
+                       '"http://127.0.0.1:%d" model "m" }\n'
+                       'server "files" { command "%s" "%s" "%s" }\n%s'
+                       % (PROVIDERS[cls.provider] % cls.llm.port,
+                          free_port(), node(), FILESYSTEM, cls.dir,
+                          cls.limits))
+        cls.b.start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.b.stop()
+        cls.llm.stop()
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def setUp(self):
+        self.llm.reset()
+        status, doc = self.post("/llmchat/connect", {"provider": "llm"})
+        self.assertEqual(status, 200, doc)
+
+    def post(self, path, body):
+        status, _, data = self.b.request("POST", path, json.dumps(body),
+                                         {"Content-Type":
+                                          "application/json"})
+        return status, json.loads(data) if data else None
+
+    def chat(self, message, **kw):
+        return sse_events(self.b.port, "/llmchat/chat",
+                          dict({"message": message}, **kw))
+
+    def read_file_step(self):
+        return {"tool_calls": [{"name": "files__read_file",
+                                "arguments": {"path": self.file}}]}
+
+
+class ChatFlowTest(ChatBase):
+    def test_connect_lists_the_tools(self):
+        status, doc = self.post("/llmchat/connect", {"provider": "llm"})
+        self.assertEqual(status, 200)
+        self.assertEqual(doc["status"], "connected")
+        self.assertGreater(doc["tool_count"], 5)
+        names = [t["name"] for t in doc["tools"]]
+        self.assertIn("files__read_file", names)
+
+    def test_tool_call_then_answer_streams_in_order(self):
+        self.llm.script(self.read_file_step(), {"echo_tool_result": True})
+        status, events = self.chat("What is the vault code?")
+        self.assertEqual(status, 200)
+        names = [e for e, _ in events]
+        self.assertEqual(names[0], "tool_start")
+        self.assertIn("tool_end", names)
+        self.assertEqual(names[-1], "final")
+        start = dict(events)["tool_start"]
+        end = dict(events)["tool_end"]
+        self.assertEqual(start["id"], end["id"])
+        self.assertEqual(start["tool"], "read_file")
+        self.assertEqual(start["server"], "files")
+        self.assertLess(names.index("tool_end"), names.index("token"))
+        final = events[-1][1]
+        self.assertIn("4-8-15-16-23-42", final["content"])
+        self.assertEqual(final["tools_used"], ["files.read_file"])
+        tokens = "".join(d["content"] for e, d in events if e == "token")
+        self.assertEqual(tokens, final["content"])
+
+    def test_non_streaming_answer(self):
+        self.llm.script(self.read_file_step(), {"echo_tool_result": True})
+        status, doc = self.chat("What is the vault code?", streaming=False)
+        self.assertEqual(status, 200, doc)
+        self.assertIn("4-8-15-16-23-42", doc["content"])
+        self.assertEqual(doc["tools_used"], ["files.read_file"])
+        self.assertEqual(len(doc["tool_invocations"]), 1)
+        self.assertIn("elapsed_ms", doc)
+        self.assertIn("input_tokens", doc["usage"])
+
+    def test_two_tools_in_parallel(self):
+        self.llm.script({"tool_calls": [
+            {"name": "files__read_file", "arguments": {"path": self.file}},
+            {"name": "files__list_directory",
+             "arguments": {"path": self.dir}}]},
+            {"text": "done"})
+        status, events = self.chat("Read and list")
+        ends = [d for e, d in events if e == "tool_end"]
+        self.assertEqual(len(ends), 2)
+        self.assertEqual(len({d["id"] for d in ends}), 2)
+        self.assertEqual(events[-1][0], "final")
+
+    def test_tool_error_is_fed_back(self):
+        self.llm.script({"tool_calls": [
+            {"name": "files__read_file",
+             "arguments": {"path": self.dir + "/missing.txt"}}]},
+            {"text": "That file does not exist."})
+        status, events = self.chat("Read the missing file")
+        names = [e for e, _ in events]
+        self.assertIn("tool_error", names)
+        self.assertEqual(names[-1], "final")
+        # The model saw the error as a tool result.
+        last = self.llm.requests()[-1]
+        self.assertIn("missing.txt", json.dumps(last["body"]))
+
+    def test_malformed_tool_arguments_go_back_to_the_model(self):
+        self.llm.script({"tool_calls": [{"name": "files__read_file",
+                                          "arguments": {"path": "x"}}],
+                         "malformed_tool_arguments": True},
+                        {"text": "sorry"})
+        status, events = self.chat("go")
+        self.assertIn("tool_error", [e for e, _ in events])
+        self.assertEqual(events[-1][0], "final")
+
+    def test_history_in_order_and_clearable(self):
+        self.llm.script({"text": "first answer"}, {"text": "second answer"})
+        self.chat("one")
+        self.chat("two")
+        status, _, data = self.b.request("GET", "/llmchat/history")
+        msgs = json.loads(data)["messages"]
+        self.assertEqual([m["role"] for m in msgs],
+                         ["user", "assistant", "user", "assistant"])
+        self.assertEqual(msgs[0]["content"], "one")
+        self.assertEqual(msgs[3]["content"], "second answer")
+        status, _, _ = self.b.request("DELETE", "/llmchat/history")
+        self.assertEqual(status, 200)
+        _, _, data = self.b.request("GET", "/llmchat/history")
+        self.assertEqual(json.loads(data)["messages"], [])
+
+
+class ChatErrorsTest(ChatBase):
+    limits = "limits { tool-rounds 2 llm-timeout 2s }"
+
+    def test_validation_errors_are_422(self):
+        for body, field in (({}, "provider"),
+                            ({"provider": "nope"}, "provider"),
+                            ({"provider": "llm", "config":
+                              {"temperature": 5}}, "temperature"),
+                            ({"provider": "llm", "toolset": "x"},
+                             "toolset")):
+            status, doc = self.post("/llmchat/connect", body)
+            self.assertEqual(status, 422, body)
+            self.assertIn(field, doc["error"]["message"])
+        status, doc = self.post("/llmchat/chat", {"message": ""})
+        self.assertEqual(status, 422)
+        status, doc = self.post("/llmchat/chat", {"text": "hi"})
+        self.assertEqual(status, 422)
+        self.assertIn("message", doc["error"]["message"])
+        status, _, _ = self.b.request("POST", "/llmchat/chat", "{nope")
+        self.assertEqual(status, 400)
+
+    def test_round_limit(self):
+        self.llm.script(self.read_file_step(), self.read_file_step(),
+                        self.read_file_step())
+        status, events = self.chat("loop forever")
+        self.assertEqual(events[-1][0], "error")
+        self.assertIn("tool-rounds", events[-1][1]["message"])
+
+    def test_bad_key_is_400_without_the_key(self):
+        self.llm.script({"error": {"status": 401}})
+        status, doc = self.chat("hi", streaming=False)
+        self.assertEqual(status, 400, doc)
+        self.assertEqual(doc["error"]["code"], "provider_credentials")
+        self.assertNotIn(KEY, json.dumps(doc))
+        self.assertNotIn(KEY, self.b.log())
+
+    def test_unreachable_provider_is_503(self):
+        self.post("/llmchat/connect", {"provider": "down"})
+        status, doc = self.chat("hi", streaming=False)
+        self.assertEqual(status, 503, doc)
+        self.assertIn("base-url", doc["error"]["message"])
+
+    def test_timeout_is_504_and_the_next_message_works(self):
+        self.llm.script({"hang": True}, {"text": "back again"})
+        status, doc = self.chat("hi", streaming=False)
+        self.assertEqual(status, 504, doc)
+        status, doc = self.chat("hi again", streaming=False)
+        self.assertEqual(status, 200, doc)
+        self.assertEqual(doc["content"], "back again")
+
+    def test_stop_mid_stream(self):
+        self.llm.script({"text": "word " * 200, "chunk_delay_ms": 50})
+        threading.Timer(0.5, lambda: self.post("/llmchat/stop", {})).start()
+        status, events = self.chat("talk a lot")
+        self.assertEqual(events[-1][0], "error")
+        self.assertIn("stopped", events[-1][1]["message"])
+        # The session is usable at once.
+        self.llm.script({"text": "fresh"})
+        status, doc = self.chat("again", streaming=False)
+        self.assertEqual(doc["content"], "fresh")
+
+    def test_client_going_away_stops_the_turn(self):
+        self.llm.script({"text": "word " * 400, "chunk_delay_ms": 50})
+
+        def hang_up(conn):
+            time.sleep(0.3)
+            conn.sock.shutdown(2)
+            conn.close()
+            raise ConnectionError("hung up")
+
+        with self.assertRaises(Exception):
+            self.chat("talk", on_open=hang_up)
+        self.llm.script({"text": "after"})
+        wait_for(lambda: self.chat("again", streaming=False)[0] == 200,
+                 timeout=10, what="session free again")
+
+
+def provider_case(name):
+    cls = type("ChatWith_" + name.replace("-", "_"), (ChatBase,),
+               {"provider": name})
+
+    def test_read_file_answer(self):
+        self.llm.script(self.read_file_step(), {"echo_tool_result": True})
+        status, events = self.chat("What is the vault code?")
+        self.assertEqual(status, 200)
+        self.assertEqual(events[-1][0], "final", events)
+        self.assertIn("4-8-15-16-23-42", events[-1][1]["content"])
+        starts = [d["id"] for e, d in events if e == "tool_start"]
+        ends = [d["id"] for e, d in events if e == "tool_end"]
+        self.assertEqual(starts, ends)
+
+    cls.test_read_file_answer = test_read_file_answer
+    return cls
+
+
+for _name in PROVIDERS:
+    globals()["ChatWith_" + _name.replace("-", "_")] = provider_case(_name)
+
+
+if __name__ == "__main__":
+    unittest.main()
