@@ -5,6 +5,7 @@
  * a worker is less trusted than the controller, so anything a worker says is
  * checked against what the controller expects of that worker.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -17,6 +18,7 @@
 
 #include "broker/child_connect.h"
 #include "broker/controller.h"
+#include "broker/controller_store.h"
 #include "broker/mcpbroker.h"
 #include "common/http_client.h"
 #include "common/log.h"
@@ -69,6 +71,7 @@ static struct {
 	struct tool_call_list	 calls;
 	uint64_t		 next_call;
 	struct http_client	*http;		/* to the LLM providers */
+	int			 store_open;
 } ctl;
 
 static int	controller_recv_peer(struct peer *, struct msg *,
@@ -559,26 +562,27 @@ admin_call_done(struct json_object *result, struct json_object *error,
 	admin_reply(id, r);
 }
 
-static int
-controller_recv_admin(struct peer *p, struct msg *m, struct json_object *o)
+/* `mcpbrokerctl server tools|call`: through a worker. */
+static void
+admin_server(uint64_t id, const char *op, struct json_object *o)
 {
 	struct json_object	*args = NULL, *r;
 	struct worker_link	*wl;
-	const char		*op, *server, *tool = NULL, *user = NULL;
+	const char		*server, *tool = NULL, *user = NULL;
 	const char		*conv = NULL;
 	char			 why[128];
 
-	(void)p;
-	if (json_get_str(o, "op", 16, 0, &op) == -1 ||
-	    json_get_str(o, "server", NAME_MAX_LEN - 1, 0, &server) == -1 ||
+	if (json_get_str(o, "server", NAME_MAX_LEN - 1, 0, &server) == -1 ||
 	    json_get_str(o, "tool", 128, 1, &tool) == -1 ||
 	    json_get_str(o, "user", 64, 1, &user) == -1 ||
-	    json_get_str(o, "conversation", 64, 1, &conv) == -1)
-		return -1;
+	    json_get_str(o, "conversation", 64, 1, &conv) == -1) {
+		admin_error(id, "malformed request");
+		return;
+	}
 	if ((wl = worker_find(server)) == NULL) {
 		snprintf(why, sizeof(why), "no server \"%s\"", server);
-		admin_error(m->m_hdr.mh_id, why);
-		return 0;
+		admin_error(id, why);
+		return;
 	}
 	if (strcmp(op, "tools") == 0) {
 		r = json_object_new_object();
@@ -587,15 +591,91 @@ controller_recv_admin(struct peer *p, struct msg *m, struct json_object *o)
 		    json_object_new_string(server_states[wl->wl_state]));
 		json_object_object_add(r, "tools", wl->wl_tools != NULL ?
 		    json_object_get(wl->wl_tools) : json_object_new_array());
-		admin_reply(m->m_hdr.mh_id, r);
-		return 0;
+		admin_reply(id, r);
+		return;
 	}
-	if (strcmp(op, "call") != 0 || tool == NULL ||
-	    !json_object_object_get_ex(o, "arguments", &args) ||
-	    !json_object_is_type(args, json_type_object))
-		return -1;
+	if (tool == NULL || !json_object_object_get_ex(o, "arguments",
+	    &args) || !json_object_is_type(args, json_type_object)) {
+		admin_error(id, "a call needs a tool and JSON object arguments");
+		return;
+	}
 	(void)controller_call_tool(wl, tool, args, user, conv, 0,
-	    admin_call_done, (void *)(uintptr_t)m->m_hdr.mh_id);
+	    admin_call_done, (void *)(uintptr_t)id);
+}
+
+/* A user or tenant name: letters, digits, and . _ @ - */
+static int
+valid_name(const char *s)
+{
+	if (*s == '\0')
+		return 0;
+	for (; *s != '\0'; s++)
+		if (!isalnum((unsigned char)*s) && strchr("._@-", *s) == NULL)
+			return 0;
+	return 1;
+}
+
+/* `mcpbrokerctl user add|key|del|list`. */
+static void
+admin_user(uint64_t id, const char *op, struct json_object *o)
+{
+	struct json_object	*r;
+	const char		*name = NULL, *tenant = NULL, *roles = NULL;
+	char			 key[KEY_MAX], why[256];
+	int			 rc = 0;
+
+	if (json_get_str(o, "name", 64, 1, &name) == -1 ||
+	    json_get_str(o, "tenant", 64, 1, &tenant) == -1 ||
+	    json_get_str(o, "roles", 255, 1, &roles) == -1 ||
+	    (strcmp(op, "user_list") != 0 && (name == NULL ||
+	    !valid_name(name))) || (tenant != NULL && !valid_name(tenant))) {
+		admin_error(id, "a user needs a name of letters, digits and "
+		    ". _ @ - (64 at most)");
+		return;
+	}
+	r = json_object_new_object();
+	key[0] = '\0';
+	if (strcmp(op, "user_list") == 0)
+		json_object_object_add(r, "users", store_user_list());
+	else if (strcmp(op, "user_add") == 0)
+		rc = store_user_add(name, tenant != NULL ? tenant : "default",
+		    roles != NULL ? roles : "", key, why, sizeof(why));
+	else if (strcmp(op, "user_key") == 0)
+		rc = store_user_key(name, key, why, sizeof(why));
+	else
+		rc = store_user_del(name, why, sizeof(why));
+	if (rc == -1) {
+		json_object_put(r);
+		admin_error(id, why);
+		return;
+	}
+	json_object_object_add(r, "ok", json_object_new_boolean(1));
+	if (key[0] != '\0') {
+		json_object_object_add(r, "key", json_object_new_string(key));
+		explicit_bzero(key, sizeof(key));
+		log_info("admin: %s for user %s", op, name);
+	} else if (strcmp(op, "user_del") == 0)
+		log_info("admin: user %s deleted", name);
+	admin_reply(id, r);
+}
+
+/* From the parent, but shaped by an administrator: errors are answers. */
+static int
+controller_recv_admin(struct peer *p, struct msg *m, struct json_object *o)
+{
+	const char *op;
+
+	(void)p;
+	if (json_get_str(o, "op", 16, 0, &op) == -1)
+		admin_error(m->m_hdr.mh_id, "no op");
+	else if (strcmp(op, "tools") == 0 || strcmp(op, "call") == 0)
+		admin_server(m->m_hdr.mh_id, op, o);
+	else if (strncmp(op, "user_", 5) == 0 && (strcmp(op, "user_add") == 0 ||
+	    strcmp(op, "user_key") == 0 || strcmp(op, "user_del") == 0 ||
+	    strcmp(op, "user_list") == 0))
+		admin_user(m->m_hdr.mh_id, op, o);
+	else
+		admin_error(m->m_hdr.mh_id, "unknown op");
 	return 0;
 }
 
@@ -696,6 +776,13 @@ controller_configure(struct mcpbroker_conf *conf, int reload)
 			(void)worker_link_new(srv->srv_name);
 	config_free(ctl.conf);
 	ctl.conf = conf;
+	/* The database is opened before the sandbox, and for good. */
+	if (!ctl.store_open) {
+		if (store_open(conf->c_state_dir) == -1)
+			fatalx("cannot open the database in %s",
+			    conf->c_state_dir);
+		ctl.store_open = 1;
+	}
 	/* Made before the sandbox: it reads the CA store now. */
 	if (ctl.http == NULL) {
 		struct http_client_opts co;

@@ -11,10 +11,12 @@
 
 #include "broker/chat.h"
 #include "broker/controller.h"
+#include "broker/controller_store.h"
 #include "common/log.h"
 #include "common/util.h"
 
 #define PATH_MAX_LEN	512
+#define DEV_USER	"dev"
 
 struct api_route {
 	const char	*ar_method;
@@ -152,6 +154,30 @@ static const struct api_route api_routes[] = {
 	{ NULL, NULL, NULL }
 };
 
+/*
+ * Who is calling.  With `auth { api-keys }` that is the owner of the key
+ * the request carries, and nobody without one; without an auth block the
+ * broker is a single-user development install: everyone is "dev".
+ */
+static const char *
+authenticate(uint64_t id, const char *credential, struct store_user *su)
+{
+	if (!controller_conf()->c_auth.au_api_keys)
+		return DEV_USER;
+	if (credential == NULL) {
+		api_error(id, 401, "unauthorized", "send your API key as "
+		    "Authorization: Bearer KEY");
+		return NULL;
+	}
+	if (store_authenticate(credential, su) == -1) {
+		log_info("api: a request with an unknown API key");
+		api_error(id, 401, "unauthorized", "the API key is not "
+		    "valid");
+		return NULL;
+	}
+	return su->su_name;
+}
+
 /* The path matches; rest is what follows a prefix route. */
 static int
 path_matches(const char *pattern, const char *path, const char **rest)
@@ -175,16 +201,20 @@ api_request(uint64_t id, struct json_object *req)
 	const struct api_route	*r;
 	struct json_object	*body = NULL;
 	const char		*method, *path, *user, *rest;
+	const char		*credential = NULL;
+	struct store_user	 su;
 	int			 path_known = 0;
 
 	if (json_get_str(req, "method", 8, 0, &method) == -1 ||
 	    json_get_str(req, "path", PATH_MAX_LEN, 0, &path) == -1 ||
-	    json_get_str(req, "user", 64, 0, &user) == -1 ||
+	    json_get_str(req, "credential", 255, 1, &credential) == -1 ||
 	    (json_object_object_get_ex(req, "body", &body) &&
 	    !json_object_is_type(body, json_type_object))) {
 		api_error(id, 400, "bad_request", "malformed request");
 		return;
 	}
+	if ((user = authenticate(id, credential, &su)) == NULL)
+		return;
 	for (r = api_routes; r->ar_method != NULL; r++) {
 		if (!path_matches(r->ar_path, path, &rest))
 			continue;

@@ -39,6 +39,12 @@ usage(void)
 	    "commands:\n"
 	    "  status    each process with its pid, state and restart count\n"
 	    "  reload    re-read the configuration (like SIGHUP)\n"
+	    "  user add [-r role]... [-t tenant] NAME\n"
+	    "            a new user; prints its API key (once) on the last "
+	    "line\n"
+	    "  user key NAME    a new API key for NAME; the old one stops "
+	    "working\n"
+	    "  user del NAME | user list\n"
 	    "  server tools NAME\n"
 	    "            the tools the running daemon has from server NAME\n"
 	    "  server call [-u user] [-c conversation] NAME TOOL [JSON]\n"
@@ -97,7 +103,7 @@ ctl_connect(const char *path)
 static struct json_object *
 ctl_request_payload(const char *path, uint16_t type, struct json_object *body)
 {
-	struct timeval	 tv = { type == MSG_CTL_SERVER ? CTL_CALL_TIMEOUT_SEC :
+	struct timeval	 tv = { type == MSG_CTL_ADMIN ? CTL_CALL_TIMEOUT_SEC :
 	    CTL_TIMEOUT_SEC, 0 };
 	struct msgchan	*mc;
 	int		 fd;
@@ -239,7 +245,7 @@ cmd_server(const char *path, int argc, char *argv[])
 	if (conv != NULL)
 		json_object_object_add(req, "conversation",
 		    json_object_new_string(conv));
-	r = ctl_request_payload(path, MSG_CTL_SERVER, req);
+	r = ctl_request_payload(path, MSG_CTL_ADMIN, req);
 	json_object_put(req);
 	(void)json_get_bool(r, "ok", 0, &ok);
 	if (!ok) {
@@ -252,6 +258,83 @@ cmd_server(const char *path, int argc, char *argv[])
 		print_json(v);
 	json_object_put(r);
 	return ok ? 0 : 1;
+}
+
+static void
+add_roles(struct json_object *req, char *roles)
+{
+	json_object_object_add(req, "roles", json_object_new_string(roles));
+}
+
+/* Ask the controller, print what it says: the key alone on the last line. */
+static int
+admin_print(const char *path, struct json_object *req)
+{
+	struct json_object	*r, *v;
+	int			 ok = 0;
+	size_t			 i;
+
+	r = ctl_request_payload(path, MSG_CTL_ADMIN, req);
+	json_object_put(req);
+	(void)json_get_bool(r, "ok", 0, &ok);
+	if (!ok)
+		fprintf(stderr, "mcpbrokerctl: %s\n", jstr(r, "error"));
+	else if (json_object_object_get_ex(r, "users", &v)) {
+		printf("%-24s %-16s %s\n", "USER", "TENANT", "ROLES");
+		for (i = 0; i < json_object_array_length(v); i++) {
+			struct json_object *u = json_object_array_get_idx(v, i);
+
+			printf("%-24s %-16s %s\n", jstr(u, "name"),
+			    jstr(u, "tenant"), jstr(u, "roles"));
+		}
+	} else if (json_object_object_get_ex(r, "key", &v))
+		printf("%s\n", json_object_get_string(v));
+	json_object_put(r);
+	return ok ? 0 : 1;
+}
+
+/*
+ * user add NAME [-r ROLE]... [-t TENANT] | user key NAME | user del NAME |
+ * user list
+ */
+static int
+cmd_user(const char *path, int argc, char *argv[])
+{
+	struct json_object	*req = json_object_new_object();
+	char			 roles[256] = "", op[16];
+	int			 ch;
+
+	if (argc < 1)
+		usage();
+	snprintf(op, sizeof(op), "user_%s", argv[0]);
+	json_object_object_add(req, "op", json_object_new_string(op));
+	if (strcmp(argv[0], "list") == 0)
+		return admin_print(path, req);
+	optind = 1;
+	while ((ch = getopt(argc, argv, "r:t:")) != -1) {
+		switch (ch) {
+		case 'r':
+			if (strlen(roles) + strlen(optarg) + 2 > sizeof(roles))
+				usage();
+			if (roles[0] != '\0')
+				strcat(roles, ",");
+			strcat(roles, optarg);
+			break;
+		case 't':
+			json_object_object_add(req, "tenant",
+			    json_object_new_string(optarg));
+			break;
+		default:
+			usage();
+		}
+	}
+	if (optind != argc - 1 || (strcmp(argv[0], "add") != 0 &&
+	    strcmp(argv[0], "key") != 0 && strcmp(argv[0], "del") != 0))
+		usage();
+	json_object_object_add(req, "name", json_object_new_string(
+	    argv[optind]));
+	add_roles(req, roles);
+	return admin_print(path, req);
 }
 
 int
@@ -284,6 +367,8 @@ main(int argc, char *argv[])
 		return cmd_reload(path);
 	if (strcmp(argv[0], "server") == 0)
 		return cmd_server(path, argc - 1, argv + 1);
+	if (strcmp(argv[0], "user") == 0)
+		return cmd_user(path, argc - 1, argv + 1);
 	if (strcmp(argv[0], "mcp") == 0)
 		return ctl_mcp(argc - 1, argv + 1);
 	usage();

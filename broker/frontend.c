@@ -32,7 +32,6 @@
 #define READY_TIMEOUT_MS	5000
 #define API_TIMEOUT_MS		(15 * 60 * 1000)	/* controller silent */
 #define STREAM_OUTPUT_MAX	(8 * 1024 * 1024)	/* slow client cap */
-#define DEV_USER		"dev"
 
 /* A request waiting for the controller's answer. */
 struct pending {
@@ -284,8 +283,8 @@ method_str(enum evhttp_cmd_type m)
 
 /*
  * The API is the controller's: the frontend checks the body is one JSON
- * object, attaches the caller's identity (from authentication, never from
- * the request) and relays it.
+ * object and relays it with the caller's credential; the controller, which
+ * holds the users, decides who the caller is.
  */
 static void
 route_api(struct evhttp_request *req)
@@ -294,7 +293,7 @@ route_api(struct evhttp_request *req)
 	const struct evhttp_uri	*uri = evhttp_request_get_evhttp_uri(req);
 	struct json_object	*payload, *body = NULL;
 	size_t			 len = evbuffer_get_length(in);
-	const char		*query;
+	const char		*query, *auth;
 
 	if (len > 0 && (body = json_parse_object((const char *)evbuffer_pullup(
 	    in, len), len)) == NULL) {
@@ -312,8 +311,11 @@ route_api(struct evhttp_request *req)
 		    json_object_new_string(query));
 	if (body != NULL)
 		json_object_object_add(payload, "body", body);
-	json_object_object_add(payload, "user",
-	    json_object_new_string(DEV_USER));
+	if ((auth = evhttp_find_header(evhttp_request_get_input_headers(req),
+	    "Authorization")) != NULL && strncasecmp(auth, "Bearer ", 7) == 0 &&
+	    strlen(auth + 7) < 256)
+		json_object_object_add(payload, "credential",
+		    json_object_new_string(auth + 7));
 	ask_controller(req, MSG_HTTP_REQ, payload, API_TIMEOUT_MS);
 	json_object_put(payload);
 }
@@ -465,6 +467,9 @@ frontend_recv_http_rep(struct peer *p, struct msg *m, struct json_object *o)
 	if ((pd = pending_find(m->m_hdr.mh_id)) == NULL || pd->pd_streaming)
 		return pd == NULL ? 0 : -1;
 	if (!stream) {
+		if (status == 401)
+			evhttp_add_header(evhttp_request_get_output_headers(
+			    pd->pd_req), "WWW-Authenticate", "Bearer");
 		if (body == NULL)
 			body = json_object_new_object();
 		else

@@ -44,13 +44,13 @@ static int	parent_recv_ctl_status(struct peer *, struct msg *,
 		    struct json_object *);
 static int	parent_recv_ctl_reload(struct peer *, struct msg *,
 		    struct json_object *);
-static int	parent_recv_ctl_server(struct peer *, struct msg *,
+static int	parent_recv_ctl_admin(struct peer *, struct msg *,
 		    struct json_object *);
 
 static const struct dispatch parent_dispatch_ctl[] = {
 	{ MSG_CTL_STATUS, parent_recv_ctl_status, 0 },
 	{ MSG_CTL_RELOAD, parent_recv_ctl_reload, 0 },
-	{ MSG_CTL_SERVER, parent_recv_ctl_server, 0 },
+	{ MSG_CTL_ADMIN, parent_recv_ctl_admin, 0 },
 	DISPATCH_END
 };
 
@@ -240,7 +240,7 @@ parent_recv_ctl_reload(struct peer *p, struct msg *m, struct json_object *o)
  * time per client.  The payload is checked there, field by field.
  */
 static int
-parent_recv_ctl_server(struct peer *p, struct msg *m, struct json_object *o)
+parent_recv_ctl_admin(struct peer *p, struct msg *m, struct json_object *o)
 {
 	struct ctl_client	*cc = p->p_arg;
 	struct peer		*ctlr = parent_controller();

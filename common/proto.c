@@ -39,7 +39,7 @@ static const char *const msg_names[MSG_TYPE_MAX] = {
 	[MSG_TOOL_CANCEL] = "TOOL_CANCEL",
 	[MSG_CTL_STATUS] = "CTL_STATUS",
 	[MSG_CTL_RELOAD] = "CTL_RELOAD",
-	[MSG_CTL_SERVER] = "CTL_SERVER",
+	[MSG_CTL_ADMIN] = "CTL_ADMIN",
 	[MSG_CTL_REPLY] = "CTL_REPLY",
 };
 

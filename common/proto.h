@@ -33,10 +33,12 @@ enum msg_type {
 				 *  three INSTANCE_FDs */
 	MSG_INSTANCE_EXIT,	/* to worker {status}; id: instance; it exited
 				 *  or could not be started (status says why) */
-	MSG_ADMIN_REQ,		/* to controller {op:"tools"|"call", server,
-				 *  tool?, arguments?, user?, conversation?}:
-				 *  an administrator's request, from
-				 *  mcpbrokerctl; id: the parent's */
+	MSG_ADMIN_REQ,		/* to controller {op, ...}: "tools"|"call"
+				 *  {server, tool?, arguments?, user?,
+				 *  conversation?}, "user_add" {name, tenant?,
+				 *  roles?}, "user_key"|"user_del" {name},
+				 *  "user_list" {}: from mcpbrokerctl; id: the
+				 *  parent's */
 	MSG_CONNECTED,		/* to worker, +fd {}: a connected, non-blocking
 				 *  TCP socket; id: the CONNECT's */
 	MSG_CONNECT_FAILED,	/* to worker {error}; id: the CONNECT's */
@@ -61,8 +63,10 @@ enum msg_type {
 	MSG_READY_REP,		/* controller -> frontend
 				 *  {ready, servers:[{name, state, error?}]} */
 	MSG_HTTP_REQ,		/* frontend -> controller {method, path,
-				 *  query?, body?, user}: an API request
-				 *  (/llmchat/..., /api/v1/...); id: ours */
+				 *  query?, body?, credential?}: an API
+				 *  request (/llmchat/..., /api/v1/...) with
+				 *  the caller's API key when it sent one;
+				 *  id: ours */
 	MSG_HTTP_REP,		/* controller -> frontend {status, body?,
 				 *  stream?}: the answer, or with stream the
 				 *  start of an event stream; id: the REQ's */
@@ -89,9 +93,10 @@ enum msg_type {
 	/* mcpbrokerctl <-> parent over the control socket, 400..499 */
 	MSG_CTL_STATUS = 400,	/* ctl -> parent {} */
 	MSG_CTL_RELOAD,		/* ctl -> parent {} */
-	MSG_CTL_SERVER,		/* ctl -> parent {op, server, tool?,
-				 *  arguments?, user?, conversation?}: passed
-				 *  to the controller as ADMIN_REQ */
+	MSG_CTL_ADMIN,		/* ctl -> parent {op, ...}: an administrator's
+				 *  request for the controller (server tools
+				 *  and calls, users and keys), passed on as
+				 *  ADMIN_REQ */
 	MSG_CTL_REPLY,		/* parent -> ctl {ok, error?, ...} */
 
 	MSG_TYPE_MAX

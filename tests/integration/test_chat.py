@@ -230,6 +230,59 @@ class ChatErrorsTest(ChatBase):
                  timeout=10, what="session free again")
 
 
+class ChatUsersTest(unittest.TestCase):
+    """Two users at once, each with an API key: only their own history."""
+
+    def setUp(self):
+        self.llm = FakeLLM()
+        self.addCleanup(self.llm.stop)
+        os.environ["FAKE_LLM_KEY"] = KEY
+        self.b = Broker('auth { api-keys }\nprovider "llm" { %s }'
+                        % (PROVIDERS["openai"] % self.llm.port))
+        self.addCleanup(self.b.stop)
+        self.b.start()
+        self.keys = {u: self.b.ctl("user", "add", u).stdout.split()[-1]
+                     for u in ("alice", "bob")}
+
+    def call(self, user, method, path, body=None):
+        status, _, data = self.b.request(
+            method, path, json.dumps(body) if body is not None else None,
+            {"Authorization": "Bearer " + self.keys[user],
+             "Content-Type": "application/json"})
+        return status, json.loads(data)
+
+    def test_two_users_see_only_their_own_history(self):
+        self.llm.script(*[{"text": "reply %d" % i, "chunk_delay_ms": 20}
+                          for i in range(4)])
+        for u in self.keys:
+            self.assertEqual(self.call(u, "POST", "/llmchat/connect",
+                                       {"provider": "llm"})[0], 200)
+        results = {}
+
+        def talk(user):
+            for i in range(2):
+                results[(user, i)] = self.call(
+                    user, "POST", "/llmchat/chat",
+                    {"message": "%s says %d" % (user, i),
+                     "streaming": False})
+
+        threads = [threading.Thread(target=talk, args=(u,))
+                   for u in self.keys]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        self.assertTrue(all(r[0] == 200 for r in results.values()),
+                        results)
+        for user in self.keys:
+            status, doc = self.call(user, "GET", "/llmchat/history")
+            said = [m["content"] for m in doc["messages"]
+                    if m["role"] == "user"]
+            self.assertEqual(said, ["%s says 0" % user, "%s says 1" % user])
+        status, _ = self.call("alice", "GET", "/llmchat/status/bob")
+        self.assertEqual(status, 403)
+
+
 def provider_case(name):
     cls = type("ChatWith_" + name.replace("-", "_"), (ChatBase,),
                {"provider": name})

@@ -1,0 +1,310 @@
+/*
+ * API keys are 256 random bits (getrandom), shown once, stored only as a
+ * SHA-256 hash: a key is as hard to guess as the hash is to invert, so no
+ * slow KDF is needed and a wrong key costs the server one hash.  The first
+ * KEY_ID_LEN characters name the key for lookup; the hash is compared in
+ * constant time.
+ */
+#include <sys/random.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <json-c/json.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/sha.h>
+#include <sqlite3.h>
+
+#include "broker/controller_store.h"
+#include "common/log.h"
+
+#define SCHEMA_VERSION	1
+
+static sqlite3 *db;
+
+/* Each migration takes the schema from its index to the next version. */
+static const char *const migrations[] = {
+	/* 0 -> 1 */
+	"CREATE TABLE users ("
+	"  id INTEGER PRIMARY KEY,"
+	"  name TEXT NOT NULL UNIQUE,"
+	"  tenant TEXT NOT NULL,"
+	"  roles TEXT NOT NULL,"
+	"  key_id TEXT UNIQUE,"
+	"  key_hash BLOB,"
+	"  created INTEGER NOT NULL,"
+	"  key_created INTEGER);",
+};
+
+static int
+exec(const char *sql)
+{
+	char *err = NULL;
+
+	if (sqlite3_exec(db, sql, NULL, NULL, &err) != SQLITE_OK) {
+		log_warnx("database: %s", err != NULL ? err : "error");
+		sqlite3_free(err);
+		return -1;
+	}
+	return 0;
+}
+
+static int
+schema_version(void)
+{
+	sqlite3_stmt	*st;
+	int		 v = -1;
+
+	if (sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &st, NULL) ==
+	    SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
+		v = sqlite3_column_int(st, 0);
+	sqlite3_finalize(st);
+	return v;
+}
+
+/* Bring an older database up to date, one step per transaction. */
+static int
+migrate(void)
+{
+	char	pragma[64];
+	int	v;
+
+	if ((v = schema_version()) < 0)
+		return -1;
+	if (v > SCHEMA_VERSION) {
+		log_warnx("database schema %d is newer than this mcpbroker "
+		    "(%d)", v, SCHEMA_VERSION);
+		return -1;
+	}
+	for (; v < SCHEMA_VERSION; v++) {
+		snprintf(pragma, sizeof(pragma), "PRAGMA user_version = %d;",
+		    v + 1);
+		if (exec("BEGIN IMMEDIATE;") == -1 || exec(migrations[v]) ==
+		    -1 || exec(pragma) == -1 || exec("COMMIT;") == -1) {
+			(void)exec("ROLLBACK;");
+			return -1;
+		}
+		log_info("database schema migrated to version %d", v + 1);
+	}
+	return 0;
+}
+
+int
+store_open(const char *state_dir)
+{
+	char path[4096];
+
+	snprintf(path, sizeof(path), "%s/mcpbroker.db", state_dir);
+	if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE |
+	    SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
+		log_warnx("database %s: %s", path, db != NULL ?
+		    sqlite3_errmsg(db) : "cannot open");
+		return -1;
+	}
+	sqlite3_busy_timeout(db, 5000);
+	if (exec("PRAGMA journal_mode = WAL;") == -1 ||
+	    exec("PRAGMA foreign_keys = ON;") == -1 || migrate() == -1)
+		return -1;
+	return 0;
+}
+
+void
+store_close(void)
+{
+	sqlite3_close(db);
+	db = NULL;
+}
+
+/* mcpb_ + 43 characters of base64url: 256 bits. */
+static int
+key_new(char *key)
+{
+	unsigned char	raw[32];
+	char		b64[64], *c;
+
+	if (getrandom(raw, sizeof(raw), 0) != sizeof(raw))
+		return -1;
+	EVP_EncodeBlock((unsigned char *)b64, raw, sizeof(raw));
+	explicit_bzero(raw, sizeof(raw));
+	b64[43] = '\0';				/* drop the '=' padding */
+	for (c = b64; *c != '\0'; c++)
+		if (*c == '+')
+			*c = '-';
+		else if (*c == '/')
+			*c = '_';
+	snprintf(key, KEY_MAX, KEY_PREFIX "%s", b64);
+	explicit_bzero(b64, sizeof(b64));
+	return 0;
+}
+
+static void
+key_hash(const char *key, unsigned char out[SHA256_DIGEST_LENGTH])
+{
+	SHA256((const unsigned char *)key, strlen(key), out);
+}
+
+static void
+key_id(const char *key, char id[KEY_ID_LEN + 1])
+{
+	snprintf(id, KEY_ID_LEN + 1, "%s", key + strlen(KEY_PREFIX));
+}
+
+/* Store a fresh key for `name`; used by add and rotate. */
+static int
+set_key(const char *name, char *key, char *why, size_t whylen)
+{
+	unsigned char	 hash[SHA256_DIGEST_LENGTH];
+	char		 id[KEY_ID_LEN + 1];
+	sqlite3_stmt	*st;
+	int		 rc;
+
+	if (key_new(key) == -1) {
+		snprintf(why, whylen, "no randomness: %s", strerror(errno));
+		return -1;
+	}
+	key_hash(key, hash);
+	key_id(key, id);
+	if (sqlite3_prepare_v2(db, "UPDATE users SET key_id = ?, key_hash = "
+	    "?, key_created = ? WHERE name = ?", -1, &st, NULL) != SQLITE_OK)
+		goto fail;
+	sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_blob(st, 2, hash, sizeof(hash), SQLITE_TRANSIENT);
+	sqlite3_bind_int64(st, 3, (sqlite3_int64)time(NULL));
+	sqlite3_bind_text(st, 4, name, -1, SQLITE_TRANSIENT);
+	rc = sqlite3_step(st);
+	sqlite3_finalize(st);
+	if (rc != SQLITE_DONE)
+		goto fail;
+	if (sqlite3_changes(db) == 0) {
+		snprintf(why, whylen, "no user \"%s\"", name);
+		return -1;
+	}
+	return 0;
+ fail:
+	snprintf(why, whylen, "database: %s", sqlite3_errmsg(db));
+	return -1;
+}
+
+int
+store_user_add(const char *name, const char *tenant, const char *roles,
+    char *key, char *why, size_t whylen)
+{
+	sqlite3_stmt	*st;
+	int		 rc;
+
+	if (sqlite3_prepare_v2(db, "INSERT INTO users (name, tenant, roles, "
+	    "created) VALUES (?, ?, ?, ?)", -1, &st, NULL) != SQLITE_OK) {
+		snprintf(why, whylen, "database: %s", sqlite3_errmsg(db));
+		return -1;
+	}
+	sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_text(st, 2, tenant, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_text(st, 3, roles, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_int64(st, 4, (sqlite3_int64)time(NULL));
+	rc = sqlite3_step(st);
+	sqlite3_finalize(st);
+	if (rc == SQLITE_CONSTRAINT) {
+		snprintf(why, whylen, "user \"%s\" exists already; use "
+		    "`user key %s` for a new key", name, name);
+		return -1;
+	}
+	if (rc != SQLITE_DONE) {
+		snprintf(why, whylen, "database: %s", sqlite3_errmsg(db));
+		return -1;
+	}
+	return set_key(name, key, why, whylen);
+}
+
+int
+store_user_key(const char *name, char *key, char *why, size_t whylen)
+{
+	return set_key(name, key, why, whylen);
+}
+
+int
+store_user_del(const char *name, char *why, size_t whylen)
+{
+	sqlite3_stmt	*st;
+	int		 rc;
+
+	if (sqlite3_prepare_v2(db, "DELETE FROM users WHERE name = ?", -1,
+	    &st, NULL) != SQLITE_OK) {
+		snprintf(why, whylen, "database: %s", sqlite3_errmsg(db));
+		return -1;
+	}
+	sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
+	rc = sqlite3_step(st);
+	sqlite3_finalize(st);
+	if (rc != SQLITE_DONE || sqlite3_changes(db) == 0) {
+		snprintf(why, whylen, "no user \"%s\"", name);
+		return -1;
+	}
+	return 0;
+}
+
+struct json_object *
+store_user_list(void)
+{
+	struct json_object	*arr = json_object_new_array(), *u;
+	sqlite3_stmt		*st;
+
+	if (sqlite3_prepare_v2(db, "SELECT name, tenant, roles, created, "
+	    "key_created FROM users ORDER BY name", -1, &st, NULL) !=
+	    SQLITE_OK)
+		return arr;
+	while (sqlite3_step(st) == SQLITE_ROW) {
+		u = json_object_new_object();
+		json_object_object_add(u, "name", json_object_new_string(
+		    (const char *)sqlite3_column_text(st, 0)));
+		json_object_object_add(u, "tenant", json_object_new_string(
+		    (const char *)sqlite3_column_text(st, 1)));
+		json_object_object_add(u, "roles", json_object_new_string(
+		    (const char *)sqlite3_column_text(st, 2)));
+		json_object_object_add(u, "created", json_object_new_int64(
+		    sqlite3_column_int64(st, 3)));
+		json_object_object_add(u, "key_created", json_object_new_int64(
+		    sqlite3_column_int64(st, 4)));
+		json_object_array_add(arr, u);
+	}
+	sqlite3_finalize(st);
+	return arr;
+}
+
+int
+store_authenticate(const char *key, struct store_user *u)
+{
+	unsigned char	 hash[SHA256_DIGEST_LENGTH];
+	char		 id[KEY_ID_LEN + 1];
+	sqlite3_stmt	*st;
+	const void	*stored;
+	int		 ok = 0;
+
+	if (strncmp(key, KEY_PREFIX, strlen(KEY_PREFIX)) != 0 ||
+	    strlen(key) < strlen(KEY_PREFIX) + KEY_ID_LEN ||
+	    strlen(key) >= KEY_MAX)
+		return -1;
+	key_id(key, id);
+	key_hash(key, hash);
+	if (sqlite3_prepare_v2(db, "SELECT name, tenant, roles, key_hash FROM "
+	    "users WHERE key_id = ?", -1, &st, NULL) != SQLITE_OK)
+		return -1;
+	sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
+	if (sqlite3_step(st) == SQLITE_ROW &&
+	    sqlite3_column_bytes(st, 3) == SHA256_DIGEST_LENGTH &&
+	    (stored = sqlite3_column_blob(st, 3)) != NULL &&
+	    CRYPTO_memcmp(stored, hash, sizeof(hash)) == 0) {
+		snprintf(u->su_name, sizeof(u->su_name), "%s",
+		    (const char *)sqlite3_column_text(st, 0));
+		snprintf(u->su_tenant, sizeof(u->su_tenant), "%s",
+		    (const char *)sqlite3_column_text(st, 1));
+		snprintf(u->su_roles, sizeof(u->su_roles), "%s",
+		    (const char *)sqlite3_column_text(st, 2));
+		ok = 1;
+	}
+	sqlite3_finalize(st);
+	return ok ? 0 : -1;
+}

@@ -1,0 +1,35 @@
+/*
+ * The controller's database (SQLite, WAL, in state-dir): users and their
+ * API keys for now.  The schema is versioned; migrations run at open.
+ */
+#ifndef MCPBROKER_CONTROLLER_STORE_H
+#define MCPBROKER_CONTROLLER_STORE_H
+
+#include <stddef.h>
+
+struct json_object;
+
+#define KEY_PREFIX		"mcpb_"
+#define KEY_ID_LEN		12	/* public part, for lookup */
+#define KEY_MAX			128
+
+struct store_user {
+	char	su_name[65];
+	char	su_tenant[65];
+	char	su_roles[256];		/* comma-separated */
+};
+
+int	store_open(const char *state_dir);
+void	store_close(void);
+
+/* A new user with a new key (written to key, KEY_MAX bytes). */
+int	store_user_add(const char *name, const char *tenant, const char *roles,
+	    char *key, char *why, size_t whylen);
+/* A new key for the user; the old one stops working at once. */
+int	store_user_key(const char *name, char *key, char *why, size_t whylen);
+int	store_user_del(const char *name, char *why, size_t whylen);
+struct json_object *store_user_list(void);
+/* The user this API key belongs to: 0, or -1 for no such key. */
+int	store_authenticate(const char *key, struct store_user *);
+
+#endif

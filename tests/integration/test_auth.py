@@ -1,0 +1,87 @@
+"""Users and API keys: made with mcpbrokerctl, stored hashed, required by
+the API when `auth { api-keys }` is configured."""
+import json
+import os
+import sqlite3
+import unittest
+
+from broker import Broker
+
+
+class ApiKeyTest(unittest.TestCase):
+    def setUp(self):
+        self.b = Broker('auth { api-keys }\n'
+                        'provider "llm" { type ollama base-url '
+                        '"http://127.0.0.1:1" model "m" }')
+        self.addCleanup(self.b.stop)
+        self.b.start()
+
+    def add(self, name, *opts):
+        r = self.b.ctl("user", "add", *opts, name)
+        key = r.stdout.strip().splitlines()[-1]
+        self.assertRegex(key, r"^mcpb_[A-Za-z0-9_-]{43}$")
+        return key
+
+    def status(self, path, key=None):
+        headers = {"Authorization": "Bearer " + key} if key else {}
+        status, h, data = self.b.request("GET", path, headers=headers)
+        return status, h, json.loads(data)
+
+    def test_key_required_and_checked(self):
+        key = self.add("alice", "-r", "analyst", "-t", "acme")
+        status, h, doc = self.status("/llmchat/status/alice")
+        self.assertEqual(status, 401)
+        self.assertEqual(h.get("WWW-Authenticate"), "Bearer")
+        status, _, doc = self.status("/llmchat/status/alice", key)
+        self.assertEqual(status, 200)
+        self.assertEqual(doc, {"user_id": "alice", "connected": False})
+        status, _, _ = self.status("/llmchat/status/alice", key[:-1] + "x")
+        self.assertEqual(status, 401)
+        status, _, _ = self.status("/llmchat/status/alice", "garbage")
+        self.assertEqual(status, 401)
+
+    def test_identity_comes_from_the_key(self):
+        alice = self.add("alice")
+        self.add("bob")
+        status, _, doc = self.status("/llmchat/status/bob", alice)
+        self.assertEqual(status, 403)
+
+    def test_rotation_and_deletion(self):
+        old = self.add("carol")
+        new = self.b.ctl("user", "key", "carol").stdout.strip().splitlines(
+        )[-1]
+        self.assertNotEqual(old, new)
+        self.assertEqual(self.status("/llmchat/status/carol", old)[0], 401)
+        self.assertEqual(self.status("/llmchat/status/carol", new)[0], 200)
+        self.b.ctl("user", "del", "carol")
+        self.assertEqual(self.status("/llmchat/status/carol", new)[0], 401)
+
+    def test_list_and_errors(self):
+        self.add("dave", "-r", "admin")
+        out = self.b.ctl("user", "list").stdout
+        self.assertRegex(out, r"dave\s+default\s+admin")
+        r = self.b.ctl("user", "add", "dave", check=False)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("exists already", r.stderr)
+        r = self.b.ctl("user", "add", "bad name", check=False)
+        self.assertEqual(r.returncode, 1)
+        r = self.b.ctl("user", "del", "nobody-here", check=False)
+        self.assertEqual(r.returncode, 1)
+        # A bad admin request is answered, not fatal to the daemon.
+        self.assertEqual(self.b.get("/healthz")[0], 200)
+
+    def test_keys_are_stored_hashed_and_never_logged(self):
+        key = self.add("erin")
+        db = os.path.join(self.b.dir, "state", "mcpbroker.db")
+        with sqlite3.connect(db) as conn:
+            rows = conn.execute("SELECT key_id, length(key_hash) FROM users "
+                                "WHERE name = 'erin'").fetchall()
+        self.assertEqual(rows, [(key[5:17], 32)])
+        for name in os.listdir(os.path.dirname(db)):
+            with open(os.path.join(os.path.dirname(db), name), "rb") as f:
+                self.assertNotIn(key.encode(), f.read())
+        self.assertNotIn(key, self.b.log())
+
+
+if __name__ == "__main__":
+    unittest.main()
