@@ -32,6 +32,7 @@
 #define MAX_ERROR_BODY		(64 * 1024)
 #define MAX_TEXT		(1024 * 1024)	/* an answer */
 #define LLM_CONNECT_MS		10000
+/* Unless the provider block sets system-prompt. */
 #define SYSTEM_PROMPT		"You are a helpful assistant. Use the tools " \
 				"you are given when they help answer the user."
 #define TRUNCATED_MARKER	"\n[... truncated by mcpbroker]"
@@ -900,7 +901,8 @@ round_start(struct turn *t)
 	    (defs = calloc(s->s_ntools + 1, sizeof(*defs))) == NULL)
 		fatal("calloc");
 	msgs[0].cm_role = ROLE_SYSTEM;
-	msgs[0].cm_content = SYSTEM_PROMPT;
+	msgs[0].cm_content = pv->pv_system_prompt != NULL ?
+	    pv->pv_system_prompt : SYSTEM_PROMPT;
 	memcpy(msgs + 1, s->s_history, s->s_nhistory * sizeof(*msgs));
 	for (i = 0; i < s->s_ntools; i++) {
 		defs[i].td_name = s->s_tools[i].tm_name;
@@ -1014,6 +1016,7 @@ session_free(struct session *s)
 		turn_fail(s->s_turn, 409, "disconnected", 0, "the session was "
 		    "closed");
 	TAILQ_REMOVE(&sessions, s, s_entry);
+	controller_release(s->s_user, s->s_conversation);
 	history_clear(s);
 	tools_clear(s);
 	free(s);

@@ -318,6 +318,7 @@ print_provider(FILE *fp, const struct provider_conf *pv)
 	print_kv(fp, "\t", "model", pv->pv_model);
 	print_kv(fp, "\t", "deployment", pv->pv_deployment);
 	print_kv(fp, "\t", "api-version", pv->pv_api_version);
+	print_kv(fp, "\t", "system-prompt", pv->pv_system_prompt);
 	if (pv->pv_has_price)
 		fprintf(fp, "\tprice input %s output %s\n",
 		    fmt_decimal(pv->pv_price_input, b1, sizeof(b1)),
@@ -657,6 +658,7 @@ provider_free(struct provider_conf *pv)
 	free(pv->pv_model);
 	free(pv->pv_deployment);
 	free(pv->pv_api_version);
+	free(pv->pv_system_prompt);
 	free(pv->pv_file);
 	free(pv);
 }

@@ -77,6 +77,7 @@ struct provider_conf {
 	char			*pv_model;
 	char			*pv_deployment;		/* azure-openai */
 	char			*pv_api_version;	/* azure-openai */
+	char			*pv_system_prompt;	/* first message */
 	int			 pv_has_price;
 	double			 pv_price_input;	/* USD per million tokens */
 	double			 pv_price_output;

@@ -490,6 +490,21 @@ controller_cancel_call(uint64_t call)
 		}
 }
 
+void
+controller_release(const char *user, const char *conversation)
+{
+	struct worker_link	*wl;
+	struct json_object	*o = json_object_new_object();
+
+	json_object_object_add(o, "user", json_object_new_string(user));
+	json_object_object_add(o, "conversation",
+	    json_object_new_string(conversation));
+	TAILQ_FOREACH(wl, &ctl.workers, wl_entry)
+		if (peer_connected(&wl->wl_peer))
+			(void)peer_send(&wl->wl_peer, MSG_RELEASE, 0, -1, o);
+	json_object_put(o);
+}
+
 struct worker_link *
 controller_worker(const char *server)
 {

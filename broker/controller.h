@@ -34,6 +34,8 @@ uint64_t	controller_call_tool(struct worker_link *, const char *tool,
 		    tool_call_fn, void *arg);
 /* No callback after this; the worker cancels the MCP request. */
 void		controller_cancel_call(uint64_t call);
+/* A chat session is over: workers stop the instances kept for it. */
+void		controller_release(const char *user, const char *conversation);
 
 /* Answers to the frontend for API request `id` (MSG_HTTP_*). */
 void	api_reply(uint64_t id, int status, struct json_object *body);

@@ -1215,6 +1215,17 @@ pv_api_version(struct parser *p, struct blk *b)
 	return 0;
 }
 
+static int
+pv_system_prompt(struct parser *p, struct blk *b)
+{
+	char	*v;
+
+	if (get_string(p, "system-prompt", &v, NULL) == -1)
+		return -1;
+	set_str(&((struct provider_conf *)b->b_obj)->pv_system_prompt, v);
+	return 0;
+}
+
 /* price input NUM output NUM, in either order */
 static int
 pv_price(struct parser *p, struct blk *b)
@@ -1267,6 +1278,7 @@ static const struct kw provider_kw[] = {
 	{ "model", pv_model, 0 },
 	{ "deployment", pv_deployment, 0 },
 	{ "api-version", pv_api_version, 0 },
+	{ "system-prompt", pv_system_prompt, 0 },
 	{ "price", pv_price, 0 },
 	{ NULL, NULL, 0 },
 };

@@ -89,6 +89,9 @@ enum msg_type {
 	MSG_TOOL_PROGRESS,	/* worker -> controller {progress, total?,
 				 *  message?}; id: the call */
 	MSG_TOOL_CANCEL,	/* controller -> worker {reason?}; id: the call */
+	MSG_RELEASE,		/* controller -> worker {user?, conversation?}:
+				 *  that chat session ended; stop the
+				 *  instances kept for it */
 
 	/* mcpbrokerctl <-> parent over the control socket, 400..499 */
 	MSG_CTL_STATUS = 400,	/* ctl -> parent {} */

@@ -101,6 +101,8 @@ static int	worker_recv_call(struct peer *, struct msg *,
 		    struct json_object *);
 static int	worker_recv_cancel(struct peer *, struct msg *,
 		    struct json_object *);
+static int	worker_recv_release(struct peer *, struct msg *,
+		    struct json_object *);
 static void	inst_spawn(const char *key);
 static void	inst_down(struct inst *, const char *why);
 static void	call_dispatch(struct wcall *);
@@ -122,6 +124,7 @@ static const struct dispatch worker_dispatch_parent[] = {
 static const struct dispatch worker_dispatch_controller[] = {
 	{ MSG_TOOL_CALL, worker_recv_call, 0 },
 	{ MSG_TOOL_CANCEL, worker_recv_cancel, 0 },
+	{ MSG_RELEASE, worker_recv_release, 0 },
 	DISPATCH_END
 };
 
@@ -784,6 +787,26 @@ worker_recv_cancel(struct peer *p, struct msg *m, struct json_object *o)
 				return 0;
 			}
 	return 0;	/* finished already */
+}
+
+/* A chat session ended: its user's or conversation's instance goes. */
+static int
+worker_recv_release(struct peer *p, struct msg *m, struct json_object *o)
+{
+	struct inst	*in;
+	char		 key[INSTANCE_KEY_MAX];
+
+	(void)p;
+	(void)m;
+	if (wk.srv->srv_isolation == ISOLATION_SHARED)
+		return 0;
+	if (call_key(o, key, sizeof(key)) == -1)
+		return 0;	/* nothing of ours to release */
+	if ((in = inst_find_key(key)) != NULL && in->in_state != IS_DOWN) {
+		log_debug("server %s: releasing instance %s", wk.name, key);
+		inst_down(in, "its chat session ended");
+	}
+	return 0;
 }
 
 /* ---- set-up ---- */

@@ -13,6 +13,7 @@ from llmfixtures import KEY, PROVIDERS, FakeLLM, sse_events
 from mcpfixtures import FILESYSTEM, node
 
 SECRET_TEXT = "The vault code is 4-8-15-16-23-42."
+SYSTEM_PROMPT = "You guard the vault and answer briefly."
 
 
 class ChatBase(unittest.TestCase):
@@ -28,13 +29,18 @@ class ChatBase(unittest.TestCase):
         with open(cls.file, "w") as f:
             f.write(SECRET_TEXT + "\n")
         os.chmod(cls.file, 0o644)
+        cls.big = os.path.join(cls.dir, "big.txt")
+        with open(cls.big, "w") as f:
+            f.write("A" * 5000)
+        os.chmod(cls.big, 0o644)
         os.environ["FAKE_LLM_KEY"] = KEY
-        cls.b = Broker('provider "llm" { %s }\n'
+        cls.b = Broker('provider "llm" { %s system-prompt "%s" }\n'
                        'provider "down" { type ollama base-url '
                        '"http://127.0.0.1:%d" model "m" }\n'
                        'server "files" { command "%s" "%s" "%s" }\n%s'
                        % (PROVIDERS[cls.provider] % cls.llm.port,
-                          free_port(), node(), FILESYSTEM, cls.dir,
+                          SYSTEM_PROMPT, free_port(), node(), FILESYSTEM,
+                          cls.dir,
                           cls.limits))
         cls.b.start()
 
@@ -154,7 +160,18 @@ class ChatFlowTest(ChatBase):
 
 
 class ChatErrorsTest(ChatBase):
-    limits = "limits { tool-rounds 2 llm-timeout 2s }"
+    limits = "limits { tool-rounds 2 llm-timeout 2s max-result-bytes 1K }"
+
+    def test_large_tool_results_are_truncated(self):
+        self.llm.script({"tool_calls": [{"name": "files__read_file",
+                                          "arguments": {"path": self.big}}]},
+                        {"text": "long file"})
+        status, events = self.chat("read the big file")
+        self.assertEqual(events[-1][0], "final")
+        sent = json.dumps(self.llm.requests()[-1]["body"])
+        self.assertIn("[... truncated by mcpbroker]", sent)
+        self.assertNotIn("A" * 1100, sent)
+        self.assertIn("A" * 1000, sent)
 
     def test_validation_errors_are_422(self):
         for body, field in (({}, "provider"),
@@ -296,6 +313,8 @@ def provider_case(name):
         starts = [d["id"] for e, d in events if e == "tool_start"]
         ends = [d["id"] for e, d in events if e == "tool_end"]
         self.assertEqual(starts, ends)
+        # The configured system prompt went to the model, in its format.
+        self.assertIn(SYSTEM_PROMPT, json.dumps(self.llm.requests()[0]))
 
     cls.test_read_file_answer = test_read_file_answer
     return cls

@@ -298,5 +298,22 @@ class InstanceLifecycleTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
 
 
+class ReleaseTest(unittest.TestCase):
+    def test_ending_a_chat_session_stops_its_instance(self):
+        b = Broker('server "probe" { command "python3" %s '
+                   'isolation per-user }\n'
+                   'provider "llm" { type ollama base-url '
+                   '"http://127.0.0.1:1" model "m" }' % q(NET_PROBE))
+        self.addCleanup(b.stop)
+        b.start()
+        r = b.ctl("server", "call", "-u", "dev", "probe", "whoami", "{}")
+        pid = json.loads(json.loads(r.stdout)["content"][0]["text"])["pid"]
+        for path in ("/llmchat/connect", "/llmchat/disconnect"):
+            status, _, _ = b.request("POST", path, '{"provider":"llm"}')
+            self.assertEqual(status, 200)
+        wait_for(lambda: not pid_alive(pid), timeout=10,
+                 what="the user's instance stopped")
+
+
 if __name__ == "__main__":
     unittest.main()
