@@ -41,6 +41,8 @@
 #include "common/util.h"
 
 #define CONNECT_MAX_PENDING	32	/* per worker */
+/* The controller opens one per LLM request: as many as chats at once. */
+#define CONNECT_MAX_PENDING_CONTROLLER	4096
 #define CONNECT_WHY_MAX		512
 
 struct connect_req {
@@ -407,7 +409,8 @@ parent_recv_connect(struct peer *p, struct msg *m, struct json_object *o)
 	/* The worker numbers its requests: a number in use is a lie. */
 	if (connect_lookup(worker, m->m_hdr.mh_id, &n) != NULL)
 		return -1;
-	if (n >= CONNECT_MAX_PENDING) {
+	if (n >= (worker->cp_kind == PROC_CONTROLLER ?
+	    CONNECT_MAX_PENDING_CONTROLLER : CONNECT_MAX_PENDING)) {
 		send_failed(worker, m->m_hdr.mh_id,
 		    "too many connections in progress");
 		return 0;

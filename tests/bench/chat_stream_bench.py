@@ -72,6 +72,7 @@ async def read_stream(host, port, request, latencies, stalls):
     writer.write(request)
     await writer.drain()
     last = None
+    event = None
     try:
         while True:
             line = await reader.readline()
@@ -79,9 +80,13 @@ async def read_stream(host, port, request, latencies, stalls):
                 break
             now = time.monotonic()
             text = line.decode(errors="replace")
-            # Through the broker: "data: {"content":"T "}"; directly:
-            # an OpenAI chunk with delta.content "T ".
-            if not text.startswith("data: {"):
+            if text.startswith("event: "):
+                event = text[7:].strip()
+                continue
+            # Through the broker: "event: token" + "data: {"content":"T "}";
+            # directly: an OpenAI chunk with delta.content "T ".
+            if not text.startswith("data: {") or event not in (None,
+                                                                "token"):
                 continue
             doc = json.loads(text[6:])
             content = doc.get("content")
