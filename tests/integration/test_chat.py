@@ -247,6 +247,43 @@ class ChatErrorsTest(ChatBase):
                  timeout=10, what="session free again")
 
 
+class ChatCancelTest(unittest.TestCase):
+    """Stop reaches the MCP server as notifications/cancelled."""
+
+    def test_stop_cancels_the_tool_call(self):
+        from mcpfixtures import V2_SERVER
+        llm = FakeLLM()
+        self.addCleanup(llm.stop)
+        log = tempfile.NamedTemporaryFile(delete=False, suffix=".log")
+        log.close()
+        os.chmod(log.name, 0o666)
+        self.addCleanup(os.unlink, log.name)
+        os.environ["FAKE_LLM_KEY"] = KEY
+        os.environ["MCP_V2_LOG"] = log.name
+        b = Broker('provider "llm" { %s }\n'
+                   'server "v2" { command "%s" "%s" "stdio" '
+                   'env "MCP_V2_LOG" }' % (PROVIDERS["openai"] % llm.port,
+                                           node(), V2_SERVER))
+        self.addCleanup(b.stop)
+        b.start()
+        status, _, _ = b.request("POST", "/llmchat/connect",
+                                 '{"provider":"llm"}')
+        self.assertEqual(status, 200)
+        llm.script({"tool_calls": [{"name": "v2__slow",
+                                    "arguments": {"ms": 30000}}]})
+        threading.Timer(1.5, lambda: b.request("POST", "/llmchat/stop",
+                                               "{}")).start()
+        status, events = sse_events(b.port, "/llmchat/chat",
+                                    {"message": "take your time"})
+        self.assertEqual([e for e, _ in events][0], "tool_start")
+        self.assertEqual(events[-1][0], "error")
+
+        def cancelled():
+            with open(log.name) as f:
+                return "slow cancelled" in f.read()
+        wait_for(cancelled, timeout=10, what="the server saw the cancel")
+
+
 class ChatUsersTest(unittest.TestCase):
     """Two users at once, each with an API key: only their own history."""
 
