@@ -53,6 +53,7 @@ struct call {
 	char			*c_args;	/* JSON text from the model */
 	uint64_t		 c_call;	/* controller call, or 0 */
 	uint64_t		 c_start_ms;
+	void			*c_ref;		/* our callback's argument */
 	char			*c_output;	/* the result, for the model */
 	int			 c_error;
 	int			 c_done;
@@ -97,13 +98,17 @@ struct turn {
 	int			 t_too_many_calls;
 	struct json_object	*t_used;	/* tools_used */
 	struct json_object	*t_invocations;	/* tool_invocations */
-	uint64_t		 t_in_tokens;
+	uint64_t		 t_in_tokens;	/* the turn's, all rounds */
 	uint64_t		 t_out_tokens;
+	uint64_t		 t_round_in;	/* this round's last report */
+	uint64_t		 t_round_out;
+	int			 t_recorded;	/* calls in history, no results */
 };
 
 static struct session_list	sessions = TAILQ_HEAD_INITIALIZER(sessions);
 
 static void	round_start(struct turn *);
+static void	round_results(struct turn *);
 
 /* ---- sessions ---- */
 
@@ -374,9 +379,12 @@ turn_free(struct turn *t)
 	http_request_cancel(t->t_http);
 	if (t->t_ps != NULL)
 		t->t_ops->po_stream_free(t->t_ps);
+	round_results(t);
 	for (i = 0; i < t->t_ncalls; i++) {
-		if (t->t_calls[i].c_call != 0 && !t->t_calls[i].c_done)
+		if (t->t_calls[i].c_call != 0 && !t->t_calls[i].c_done) {
 			controller_cancel_call(t->t_calls[i].c_call);
+			free(t->t_calls[i].c_ref);
+		}
 		free(t->t_calls[i].c_name);
 		free(t->t_calls[i].c_args);
 		free(t->t_calls[i].c_output);
@@ -505,9 +513,9 @@ ev_usage(void *arg, uint64_t in, uint64_t out)
 {
 	struct turn *t = arg;
 
-	/* Per round, reports are cumulative: the last one of a round counts. */
-	t->t_in_tokens += in;
-	t->t_out_tokens += out;
+	/* Reports within a round are running totals: the last one counts. */
+	t->t_round_in = in;
+	t->t_round_out = out;
 }
 
 static void
@@ -641,6 +649,7 @@ call_done(struct json_object *result, struct json_object *error, void *arg)
 	int			 is_error = 0;
 
 	free(arg);
+	c->c_ref = NULL;
 	if (error != NULL) {
 		call_finish(cr.cr_turn, c, json_object_object_get_ex(error,
 		    "message", &v) ? json_object_get_string(v) :
@@ -689,6 +698,7 @@ call_start(struct turn *t, size_t i)
 			fatal("malloc");
 		cr->cr_turn = t;
 		cr->cr_index = i;
+		c->c_ref = cr;
 		c->c_call = controller_call_tool(wl, c->c_map->tm_tool, args,
 		    t->t_s->s_user, t->t_s->s_conversation,
 		    controller_conf()->c_limits.lm_tool_timeout_ms, call_done,
@@ -716,6 +726,7 @@ round_record(struct turn *t)
 	if ((m->cm_calls = calloc(t->t_ncalls, sizeof(*m->cm_calls))) == NULL)
 		fatal("calloc");
 	m->cm_ncalls = t->t_ncalls;
+	t->t_recorded = 1;
 	for (i = 0; i < t->t_ncalls; i++) {
 		m->cm_calls[i].tc_id = xstrdup(t->t_calls[i].c_id);
 		m->cm_calls[i].tc_name = xstrdup(t->t_calls[i].c_name);
@@ -723,19 +734,34 @@ round_record(struct turn *t)
 	}
 }
 
+/* One result per call in history: providers refuse calls left open. */
 static void
-round_after_tools(struct turn *t)
+round_results(struct turn *t)
 {
 	struct chat_message	*m;
 	struct call		*c;
 	size_t			 i;
 
-	for (i = 0; i < t->t_ncalls; i++) {
+	for (i = 0; i < t->t_ncalls && t->t_recorded; i++) {
 		c = &t->t_calls[i];
-		m = history_add(t->t_s, ROLE_TOOL, c->c_output);
+		m = history_add(t->t_s, ROLE_TOOL, c->c_done ? c->c_output :
+		    "the call was cancelled");
 		m->cm_call_id = xstrdup(c->c_id);
 		m->cm_call_name = xstrdup(c->c_name);
-		m->cm_is_error = c->c_error;
+		m->cm_is_error = c->c_done ? c->c_error : 1;
+	}
+	t->t_recorded = 0;
+}
+
+static void
+round_after_tools(struct turn *t)
+{
+	struct call		*c;
+	size_t			 i;
+
+	round_results(t);
+	for (i = 0; i < t->t_ncalls; i++) {
+		c = &t->t_calls[i];
 		if (c->c_map != NULL && !c->c_error) {
 			char id[256];
 
@@ -853,6 +879,9 @@ llm_done(struct http_request *req, int err, const char *why, void *arg)
 	}
 	t->t_ops->po_stream_free(t->t_ps);
 	t->t_ps = NULL;
+	t->t_in_tokens += t->t_round_in;
+	t->t_out_tokens += t->t_round_out;
+	t->t_round_in = t->t_round_out = 0;
 	if (t->t_too_many_calls)
 		log_warnx("chat %s: more than %d tool calls in one round; the "
 		    "rest were dropped", t->t_s->s_user, MAX_CALLS_PER_ROUND);
@@ -862,9 +891,12 @@ llm_done(struct http_request *req, int err, const char *why, void *arg)
 		return;
 	}
 	t->t_round++;
-	t->t_pending = t->t_ncalls;
-	for (i = 0; i < t->t_ncalls && t->t_s->s_turn == t; i++)
+	/* Held open by one while starting: calls may finish at once. */
+	t->t_pending = t->t_ncalls + 1;
+	for (i = 0; i < t->t_ncalls; i++)
 		call_start(t, i);
+	if (--t->t_pending == 0)
+		round_after_tools(t);	/* may end (and free) the turn */
 }
 
 static const struct http_callbacks llm_callbacks = {
@@ -1035,7 +1067,12 @@ chat_connect(uint64_t id, const char *user, struct json_object *body)
 	struct json_object		*r;
 	int				 streaming = 1;
 
-	if (body == NULL || body_str(id, body, "provider", 63, 0, &provider) ==
+	if (body == NULL) {
+		api_error(id, 422, "invalid_field", "a JSON body with "
+		    "\"provider\" is required");
+		return;
+	}
+	if (body_str(id, body, "provider", 63, 0, &provider) ==
 	    -1 || body_str(id, body, "model", 127, 1, &model) == -1 ||
 	    body_str(id, body, "toolset", 63, 1, &toolset) == -1)
 		return;
@@ -1102,8 +1139,12 @@ chat_send(uint64_t id, const char *user, struct json_object *body)
 		    "/llmchat/connect");
 		return;
 	}
-	if (body == NULL || body_str(id, body, "message", 100000, 0,
-	    &message) == -1)
+	if (body == NULL) {
+		api_error(id, 422, "invalid_field", "a JSON body with "
+		    "\"message\" is required");
+		return;
+	}
+	if (body_str(id, body, "message", 100000, 0, &message) == -1)
 		return;
 	if (*message == '\0') {
 		api_error(id, 422, "invalid_field", "\"message\": must not be "

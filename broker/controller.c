@@ -179,7 +179,9 @@ worker_fail_calls(struct worker_link *wl, const char *why)
 	TAILQ_FOREACH_SAFE(tc, &ctl.calls, tc_entry, next)
 		if (tc->tc_worker == wl) {
 			TAILQ_REMOVE(&ctl.calls, tc, tc_entry);
-			error_json_done(tc, "server %s: %s", wl->wl_name, why);
+			if (tc->tc_done != NULL)
+				error_json_done(tc, "server %s: %s", wl->wl_name,
+				    why);
 			free(tc);
 		}
 }
@@ -408,7 +410,8 @@ controller_recv_tool_result(struct peer *p, struct msg *m,
 	    !json_object_is_type(error, json_type_object)))
 		return -1;
 	TAILQ_REMOVE(&ctl.calls, tc, tc_entry);
-	tc->tc_done(result, error, tc->tc_arg);
+	if (tc->tc_done != NULL)
+		tc->tc_done(result, error, tc->tc_arg);
 	free(tc);
 	return 0;
 }
@@ -460,9 +463,9 @@ controller_call_tool(struct worker_link *wl, const char *tool,
 	if (conversation != NULL)
 		json_object_object_add(o, "conversation",
 		    json_object_new_string(conversation));
-	if (timeout_ms > 0)
-		json_object_object_add(o, "timeout_ms",
-		    json_object_new_int64(timeout_ms));
+	if (timeout_ms > 0)	/* the worker takes at most a day */
+		json_object_object_add(o, "timeout_ms", json_object_new_int64(
+		    timeout_ms < 86400000 ? timeout_ms : 86400000));
 	if (peer_send(&wl->wl_peer, MSG_TOOL_CALL, tc->tc_id, -1, o) == -1) {
 		TAILQ_REMOVE(&ctl.calls, tc, tc_entry);
 		error_json_done(tc, "server %s: cannot reach its worker",
@@ -475,17 +478,21 @@ controller_call_tool(struct worker_link *wl, const char *tool,
 	return tc->tc_id;
 }
 
+/*
+ * The caller hears no more of the call; the entry stays until the worker's
+ * one result for it arrives (a cancelled call is answered too), so that a
+ * result already on its way is not taken for a lie.
+ */
 void
 controller_cancel_call(uint64_t call)
 {
 	struct tool_call *tc;
 
 	TAILQ_FOREACH(tc, &ctl.calls, tc_entry)
-		if (tc->tc_id == call) {
+		if (tc->tc_id == call && tc->tc_done != NULL) {
+			tc->tc_done = NULL;
 			(void)peer_send(&tc->tc_worker->wl_peer,
 			    MSG_TOOL_CANCEL, call, -1, NULL);
-			TAILQ_REMOVE(&ctl.calls, tc, tc_entry);
-			free(tc);
 			return;
 		}
 }

@@ -162,6 +162,13 @@ static const struct api_route api_routes[] = {
 static const char *
 authenticate(uint64_t id, const char *credential, struct store_user *su)
 {
+	if (controller_conf()->c_auth.au_jwt &&
+	    !controller_conf()->c_auth.au_api_keys) {
+		/* Configured, but not available here: nobody gets in. */
+		api_error(id, 401, "unauthorized", "JWT authentication is not "
+		    "available in this version; configure auth { api-keys }");
+		return NULL;
+	}
 	if (!controller_conf()->c_auth.au_api_keys)
 		return DEV_USER;
 	if (credential == NULL) {

@@ -772,10 +772,11 @@ worker_recv_cancel(struct peer *p, struct msg *m, struct json_object *o)
 	TAILQ_FOREACH(wc, &wk.calls, wc_entry)
 		if (wc->wc_id == m->m_hdr.mh_id)
 			break;
+	/* Every call gets exactly one TOOL_RESULT, a cancelled one too. */
 	if (wc != NULL && wc->wc_rpc != -1) {
 		mcp_cancel(wc->wc_inst->in_session, wc->wc_rpc, "cancelled");
 		wc->wc_inst->in_active--;
-		call_free(wc);
+		call_fail(wc, MCP_ERR_LOCAL, "cancelled");
 		return 0;
 	}
 	TAILQ_FOREACH(in, &wk.insts, in_entry)
@@ -783,10 +784,10 @@ worker_recv_cancel(struct peer *p, struct msg *m, struct json_object *o)
 			if (wc->wc_id == m->m_hdr.mh_id) {
 				TAILQ_REMOVE(&in->in_waiting, wc, wc_entry);
 				TAILQ_INSERT_TAIL(&wk.calls, wc, wc_entry);
-				call_free(wc);
+				call_fail(wc, MCP_ERR_LOCAL, "cancelled");
 				return 0;
 			}
-	return 0;	/* finished already */
+	return 0;	/* finished already: its result is on the way */
 }
 
 /* A chat session ended: its user's or conversation's instance goes. */

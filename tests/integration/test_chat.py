@@ -185,6 +185,9 @@ class ChatErrorsTest(ChatBase):
             self.assertIn(field, doc["error"]["message"])
         status, doc = self.post("/llmchat/chat", {"message": ""})
         self.assertEqual(status, 422)
+        for path in ("/llmchat/connect", "/llmchat/chat"):
+            status, _, data = self.b.request("POST", path)
+            self.assertEqual(status, 422, path)
         status, doc = self.post("/llmchat/chat", {"text": "hi"})
         self.assertEqual(status, 422)
         self.assertIn("message", doc["error"]["message"])
@@ -197,6 +200,18 @@ class ChatErrorsTest(ChatBase):
         status, events = self.chat("loop forever")
         self.assertEqual(events[-1][0], "error")
         self.assertIn("tool-rounds", events[-1][1]["message"])
+
+    def test_last_round_of_failing_calls_ends_cleanly(self):
+        self.llm.script({"tool_calls": [{"name": "nope__a", "arguments": {}},
+                                        {"name": "nope__b", "arguments": {}}]},
+                        {"tool_calls": [{"name": "nope__c",
+                                         "arguments": {}}]})
+        status, events = self.chat("call tools that do not exist")
+        self.assertEqual(events[-1][0], "error")
+        self.assertEqual(self.b.get("/healthz")[0], 200)
+        self.llm.script({"text": "still here"})
+        status, doc = self.chat("hello", streaming=False)
+        self.assertEqual(doc["content"], "still here")
 
     def test_bad_key_is_400_without_the_key(self):
         self.llm.script({"error": {"status": 401}})
@@ -282,6 +297,15 @@ class ChatCancelTest(unittest.TestCase):
             with open(log.name) as f:
                 return "slow cancelled" in f.read()
         wait_for(cancelled, timeout=10, what="the server saw the cancel")
+        # The stopped call has its result in history: the next turn is
+        # valid for the provider, and the worker was not restarted.
+        worker = b.processes()["worker v2"]["pid"]
+        llm.script({"text": "after the stop"})
+        status, doc = sse_events(b.port, "/llmchat/chat",
+                                 {"message": "again", "streaming": False})
+        self.assertEqual(status, 200, doc)
+        self.assertEqual(doc["content"], "after the stop")
+        self.assertEqual(b.processes()["worker v2"]["pid"], worker)
 
 
 class ChatUsersTest(unittest.TestCase):
@@ -350,6 +374,9 @@ def provider_case(name):
         starts = [d["id"] for e, d in events if e == "tool_start"]
         ends = [d["id"] for e, d in events if e == "tool_end"]
         self.assertEqual(starts, ends)
+        # Two rounds, each reported once however the provider streams it.
+        self.assertEqual(events[-1][1]["usage"],
+                         {"input_tokens": 20, "output_tokens": 10})
         # The configured system prompt went to the model, in its format.
         self.assertIn(SYSTEM_PROMPT, json.dumps(self.llm.requests()[0]))
 
