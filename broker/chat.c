@@ -23,10 +23,12 @@
 
 #include "broker/chat.h"
 #include "broker/controller.h"
+#include "broker/controller_store.h"
 #include "broker/providers/provider.h"
 #include "common/http_client.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "policy/policy.h"
 
 #define MAX_CALLS_PER_ROUND	16
 #define MAX_ERROR_BODY		(64 * 1024)
@@ -61,9 +63,15 @@ struct call {
 
 struct turn;
 
+#define MAX_ROLES	16
+
 struct session {
 	TAILQ_ENTRY(session)	 s_entry;
-	char			 s_user[64];
+	char			 s_user[65];
+	char			 s_tenant[65];
+	char			 s_roles_buf[256];
+	const char		*s_roles[MAX_ROLES];	/* into s_roles_buf */
+	size_t			 s_nroles;
 	char			 s_provider[64];
 	char			 s_model[128];
 	char			 s_toolset[64];
@@ -297,7 +305,30 @@ add_tool(struct session *s, const char *server, struct json_object *t)
 	s->s_ntools++;
 }
 
-/* The tools of the session's toolset (all tools without one). */
+static void
+session_caller(const struct session *s, struct policy_caller *pc)
+{
+	pc->ps_user = s->s_user;
+	pc->ps_tenant = s->s_tenant;
+	pc->ps_roles = s->s_roles;
+	pc->ps_nroles = s->s_nroles;
+}
+
+/* Listing: the tool is shown if some call of it may be allowed. */
+static int
+policy_shows(const struct session *s, const char *id)
+{
+	struct policy_caller	pc;
+	struct policy_decision	pd;
+
+	session_caller(s, &pc);
+	policy_decide(&controller_conf()->c_rules, &pc, id, NULL,
+	    monotonic_ms(), &pd);
+	return pd.pd_action != POLICY_DENY;
+}
+
+/* The tools of the session's toolset (all tools without one) that the
+ * policy lets this caller see. */
 static void
 tools_collect(struct session *s)
 {
@@ -320,7 +351,7 @@ tools_collect(struct session *s)
 				continue;
 			snprintf(id, sizeof(id), "%s.%s", srv->srv_name,
 			    json_object_get_string(name));
-			if (in_toolset(ts, id))
+			if (in_toolset(ts, id) && policy_shows(s, id))
 				add_tool(s, srv->srv_name, tool);
 		}
 	}
@@ -663,6 +694,37 @@ call_done(struct json_object *result, struct json_object *error, void *arg)
 	free(text);
 }
 
+/*
+ * The decision for this very call (arguments, rate limits).  A call that
+ * needs an administrator's approval is refused: approving is not possible
+ * yet, and an unapproved call must not run.
+ */
+static int
+policy_permits(struct turn *t, struct call *c, struct json_object *args,
+    char *why, size_t whylen)
+{
+	struct policy_caller	pc;
+	struct policy_decision	pd;
+	char			id[256];
+
+	snprintf(id, sizeof(id), "%s.%s", c->c_map->tm_server,
+	    c->c_map->tm_tool);
+	session_caller(t->t_s, &pc);
+	policy_decide(&controller_conf()->c_rules, &pc, id, args,
+	    monotonic_ms(), &pd);
+	if (pd.pd_action == POLICY_ALLOW)
+		return 1;
+	if (pd.pd_action == POLICY_CONFIRM)
+		snprintf(why, whylen, "%.160s needs an administrator's "
+		    "approval (%.200s), which this broker cannot ask for yet",
+		    id, pd.pd_reason);
+	else
+		snprintf(why, whylen, "%.160s was refused by policy: %.200s",
+		    id, pd.pd_reason);
+	log_info("chat %s: %s", t->t_s->s_user, why);
+	return 0;
+}
+
 static void
 call_start(struct turn *t, size_t i)
 {
@@ -670,7 +732,7 @@ call_start(struct turn *t, size_t i)
 	struct json_object	*args, *o;
 	struct worker_link	*wl;
 	struct call_ref		*cr;
-	char			 why[256];
+	char			 why[512];
 
 	c->c_start_ms = monotonic_ms();
 	args = json_parse_object(c->c_args, strlen(c->c_args));
@@ -691,6 +753,8 @@ call_start(struct turn *t, size_t i)
 	} else if (args == NULL) {
 		call_finish(t, c, "the arguments are not a valid JSON object; "
 		    "call the tool again with a JSON object", 1);
+	} else if (!policy_permits(t, c, args, why, sizeof(why))) {
+		call_finish(t, c, why, 1);
 	} else if ((wl = controller_worker(c->c_map->tm_server)) == NULL) {
 		call_finish(t, c, "the tool's server is gone", 1);
 	} else {
@@ -1058,9 +1122,24 @@ session_free(struct session *s)
  * Connect (or reconnect: the same session, new settings, new history).
  * Everything is checked before anything changes.
  */
-void
-chat_connect(uint64_t id, const char *user, struct json_object *body)
+static void
+session_identity(struct session *s, const struct store_user *u)
 {
+	char *save, *r;
+
+	snprintf(s->s_tenant, sizeof(s->s_tenant), "%s", u->su_tenant);
+	snprintf(s->s_roles_buf, sizeof(s->s_roles_buf), "%s", u->su_roles);
+	s->s_nroles = 0;
+	for (r = strtok_r(s->s_roles_buf, ",", &save); r != NULL &&
+	    s->s_nroles < MAX_ROLES; r = strtok_r(NULL, ",", &save))
+		s->s_roles[s->s_nroles++] = r;
+}
+
+void
+chat_connect(uint64_t id, const struct store_user *u,
+    struct json_object *body)
+{
+	const char			*user = u->su_name;
 	const struct provider_conf	*pv;
 	struct session			 tmp, *s;
 	const char			*provider, *model = NULL, *toolset = NULL;
@@ -1098,6 +1177,7 @@ chat_connect(uint64_t id, const char *user, struct json_object *body)
 	if ((s = session_find(user)) != NULL)
 		session_free(s);
 	s = session_new(user);
+	session_identity(s, u);
 	s->s_has_temperature = tmp.s_has_temperature;
 	s->s_temperature = tmp.s_temperature;
 	s->s_max_tokens = tmp.s_max_tokens;

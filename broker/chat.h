@@ -11,7 +11,11 @@
 struct json_object;
 
 /* Each takes the API request id and answers it (api_reply/api_event). */
-void	chat_connect(uint64_t id, const char *user, struct json_object *body);
+struct store_user;
+
+/* connect takes the whole caller: tenant and roles decide its tools. */
+void	chat_connect(uint64_t id, const struct store_user *,
+	    struct json_object *body);
 void	chat_send(uint64_t id, const char *user, struct json_object *body);
 void	chat_stop(uint64_t id, const char *user);
 void	chat_disconnect(uint64_t id, const char *user);

@@ -18,11 +18,13 @@
 
 #include "broker/child_connect.h"
 #include "broker/controller.h"
+#include "broker/controller_audit.h"
 #include "broker/controller_store.h"
 #include "broker/mcpbroker.h"
 #include "common/http_client.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "policy/policy.h"
 
 enum server_state {
 	SS_STARTING,
@@ -551,14 +553,14 @@ controller_http(void)
 
 /* ---- administrators (mcpbrokerctl server ..., through the parent) ---- */
 
-static void
+void
 admin_reply(uint64_t id, struct json_object *reply)
 {
 	(void)peer_send(child_parent(), MSG_ADMIN_REP, id, -1, reply);
 	json_object_put(reply);
 }
 
-static void
+void
 admin_error(uint64_t id, const char *message)
 {
 	struct json_object *r = json_object_new_object();
@@ -637,6 +639,55 @@ valid_name(const char *s)
 	return 1;
 }
 
+/*
+ * user_add, user_key or user_del, and its audit row, in one transaction:
+ * a change the trail cannot record is not made.
+ */
+static int
+user_change(const char *op, const char *name, const char *tenant,
+    const char *roles, char *key, char *why, size_t whylen)
+{
+	struct json_object	*d;
+	int			 rc;
+
+	if (audit_begin() == -1) {
+		snprintf(why, whylen, "database: cannot begin; nothing "
+		    "changed");
+		return -1;
+	}
+	if (strcmp(op, "user_add") == 0)
+		rc = store_user_add(name, tenant, roles, key, why, whylen);
+	else if (strcmp(op, "user_key") == 0)
+		rc = store_user_key(name, key, why, whylen);
+	else
+		rc = store_user_del(name, why, whylen);
+	if (rc == 0) {
+		d = json_object_new_object();
+		json_object_object_add(d, "op", json_object_new_string(op));
+		json_object_object_add(d, "name", json_object_new_string(name));
+		if (strcmp(op, "user_add") == 0) {
+			json_object_object_add(d, "tenant",
+			    json_object_new_string(tenant));
+			json_object_object_add(d, "roles",
+			    json_object_new_string(roles));
+		}
+		if (audit_append(AUDIT_KIND_ADMIN, NULL, NULL, d) == -1) {
+			snprintf(why, whylen, "cannot write the audit trail; "
+			    "nothing changed");
+			rc = -1;
+		}
+		json_object_put(d);
+	}
+	if (audit_end(rc == 0) == -1 && rc == 0) {
+		snprintf(why, whylen, "database: cannot commit; nothing "
+		    "changed");
+		rc = -1;
+	}
+	if (rc == -1)
+		explicit_bzero(key, KEY_MAX);
+	return rc;
+}
+
 /* `mcpbrokerctl user add|key|del|list`. */
 static void
 admin_user(uint64_t id, const char *op, struct json_object *o)
@@ -659,13 +710,9 @@ admin_user(uint64_t id, const char *op, struct json_object *o)
 	key[0] = '\0';
 	if (strcmp(op, "user_list") == 0)
 		json_object_object_add(r, "users", store_user_list());
-	else if (strcmp(op, "user_add") == 0)
-		rc = store_user_add(name, tenant != NULL ? tenant : "default",
-		    roles != NULL ? roles : "", key, why, sizeof(why));
-	else if (strcmp(op, "user_key") == 0)
-		rc = store_user_key(name, key, why, sizeof(why));
 	else
-		rc = store_user_del(name, why, sizeof(why));
+		rc = user_change(op, name, tenant != NULL ? tenant : "default",
+		    roles != NULL ? roles : "", key, why, sizeof(why));
 	if (rc == -1) {
 		json_object_put(r);
 		admin_error(id, why);
@@ -696,6 +743,8 @@ controller_recv_admin(struct peer *p, struct msg *m, struct json_object *o)
 	    strcmp(op, "user_key") == 0 || strcmp(op, "user_del") == 0 ||
 	    strcmp(op, "user_list") == 0))
 		admin_user(m->m_hdr.mh_id, op, o);
+	else if (strncmp(op, "audit_", 6) == 0)
+		audit_admin(m->m_hdr.mh_id, op, o);
 	else
 		admin_error(m->m_hdr.mh_id, "unknown op");
 	return 0;
@@ -798,6 +847,8 @@ controller_configure(struct mcpbroker_conf *conf, int reload)
 			(void)worker_link_new(srv->srv_name);
 	config_free(ctl.conf);
 	ctl.conf = conf;
+	/* Rate counters are keyed by rule: new rules, new counts. */
+	policy_rates_reset();
 	/* The database is opened before the sandbox, and for good. */
 	if (!ctl.store_open) {
 		if (store_open(conf->c_state_dir) == -1)

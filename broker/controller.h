@@ -45,6 +45,10 @@ void	api_stream_start(uint64_t id);
 void	api_event(uint64_t id, const char *event, struct json_object *data);
 void	api_stream_end(uint64_t id);
 
+/* Answers to mcpbrokerctl for ADMIN_REQ `id` (MSG_ADMIN_REP); take reply. */
+void	admin_reply(uint64_t id, struct json_object *reply);
+void	admin_error(uint64_t id, const char *message);
+
 /* controller_api.c */
 void	api_request(uint64_t id, struct json_object *req);
 void	api_cancel(uint64_t id);

@@ -14,6 +14,7 @@
 #include "broker/controller_store.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "policy/policy.h"
 
 #define PATH_MAX_LEN	512
 #define DEV_USER	"dev"
@@ -21,42 +22,42 @@
 struct api_route {
 	const char	*ar_method;
 	const char	*ar_path;	/* exact, or a prefix ending in '/' */
-	void		(*ar_fn)(uint64_t, const char *user, const char *rest,
-			    struct json_object *body);
+	void		(*ar_fn)(uint64_t, const struct store_user *,
+			    const char *rest, struct json_object *body);
 };
 
 static void
-r_connect(uint64_t id, const char *user, const char *rest,
+r_connect(uint64_t id, const struct store_user *u, const char *rest,
     struct json_object *body)
 {
 	(void)rest;
-	chat_connect(id, user, body);
+	chat_connect(id, u, body);
 }
 
 static void
-r_chat(uint64_t id, const char *user, const char *rest,
+r_chat(uint64_t id, const struct store_user *u, const char *rest,
     struct json_object *body)
 {
 	(void)rest;
-	chat_send(id, user, body);
+	chat_send(id, u->su_name, body);
 }
 
 static void
-r_stop(uint64_t id, const char *user, const char *rest,
+r_stop(uint64_t id, const struct store_user *u, const char *rest,
     struct json_object *body)
 {
 	(void)rest;
 	(void)body;
-	chat_stop(id, user);
+	chat_stop(id, u->su_name);
 }
 
 static void
-r_disconnect(uint64_t id, const char *user, const char *rest,
+r_disconnect(uint64_t id, const struct store_user *u, const char *rest,
     struct json_object *body)
 {
 	(void)rest;
 	(void)body;
-	chat_disconnect(id, user);
+	chat_disconnect(id, u->su_name);
 }
 
 /* Another user's session is not the caller's business (no admins yet). */
@@ -70,44 +71,79 @@ own(uint64_t id, const char *user, const char *who)
 }
 
 static void
-r_status(uint64_t id, const char *user, const char *rest,
+r_status(uint64_t id, const struct store_user *u, const char *rest,
     struct json_object *body)
 {
 	(void)body;
-	if (own(id, user, rest))
-		chat_status(id, user);
+	if (own(id, u->su_name, rest))
+		chat_status(id, u->su_name);
 }
 
 static void
-r_config(uint64_t id, const char *user, const char *rest,
+r_config(uint64_t id, const struct store_user *u, const char *rest,
     struct json_object *body)
 {
 	(void)body;
-	if (own(id, user, rest))
-		chat_config(id, user);
+	if (own(id, u->su_name, rest))
+		chat_config(id, u->su_name);
 }
 
 static void
-r_history(uint64_t id, const char *user, const char *rest,
-    struct json_object *body)
-{
-	(void)rest;
-	(void)body;
-	chat_history(id, user, 0);
-}
-
-static void
-r_history_clear(uint64_t id, const char *user, const char *rest,
+r_history(uint64_t id, const struct store_user *u, const char *rest,
     struct json_object *body)
 {
 	(void)rest;
 	(void)body;
-	chat_history(id, user, 1);
+	chat_history(id, u->su_name, 0);
 }
 
-/* Every configured server with its state and tools. */
 static void
-r_tools(uint64_t id, const char *user, const char *rest,
+r_history_clear(uint64_t id, const struct store_user *u, const char *rest,
+    struct json_object *body)
+{
+	(void)rest;
+	(void)body;
+	chat_history(id, u->su_name, 1);
+}
+
+/* The server's tools the caller's policy may let it use. */
+static struct json_object *
+visible_tools(const struct store_user *u, const char *server,
+    struct json_object *tools)
+{
+	struct json_object	*out = json_object_new_array(), *t, *name;
+	struct policy_caller	 pc;
+	struct policy_decision	 pd;
+	const char		*roles[16];
+	char			 buf[256], tid[256], *save, *r;
+	size_t			 i;
+
+	snprintf(buf, sizeof(buf), "%s", u->su_roles);
+	memset(&pc, 0, sizeof(pc));
+	pc.ps_user = u->su_name;
+	pc.ps_tenant = u->su_tenant;
+	pc.ps_roles = roles;
+	for (r = strtok_r(buf, ",", &save); r != NULL && pc.ps_nroles < 16;
+	    r = strtok_r(NULL, ",", &save))
+		roles[pc.ps_nroles++] = r;
+	for (i = 0; tools != NULL && i < json_object_array_length(tools);
+	    i++) {
+		t = json_object_array_get_idx(tools, i);
+		if (!json_object_object_get_ex(t, "name", &name))
+			continue;
+		snprintf(tid, sizeof(tid), "%s.%s", server,
+		    json_object_get_string(name));
+		policy_decide(&controller_conf()->c_rules, &pc, tid, NULL, 0,
+		    &pd);
+		if (pd.pd_action != POLICY_DENY)
+			json_object_array_add(out, json_object_get(t));
+	}
+	return out;
+}
+
+/* Every configured server with its state and the caller's tools on it. */
+static void
+r_tools(uint64_t id, const struct store_user *u, const char *rest,
     struct json_object *body)
 {
 	const struct server_conf	*srv;
@@ -115,7 +151,6 @@ r_tools(uint64_t id, const char *user, const char *rest,
 	struct json_object		*r, *arr, *o, *tools;
 	const char			*state, *error;
 
-	(void)user;
 	(void)rest;
 	(void)body;
 	arr = json_object_new_array();
@@ -132,8 +167,8 @@ r_tools(uint64_t id, const char *user, const char *rest,
 		if (error != NULL)
 			json_object_object_add(o, "error",
 			    json_object_new_string(error));
-		json_object_object_add(o, "tools", tools != NULL ?
-		    json_object_get(tools) : json_object_new_array());
+		json_object_object_add(o, "tools", visible_tools(u,
+		    srv->srv_name, tools));
 		json_object_array_add(arr, o);
 	}
 	r = json_object_new_object();
@@ -159,9 +194,11 @@ static const struct api_route api_routes[] = {
  * the request carries, and nobody without one; without an auth block the
  * broker is a single-user development install: everyone is "dev".
  */
-static const char *
+static const struct store_user *
 authenticate(uint64_t id, const char *credential, struct store_user *su)
 {
+	static const struct store_user dev = { DEV_USER, "default", "" };
+
 	if (controller_conf()->c_auth.au_jwt &&
 	    !controller_conf()->c_auth.au_api_keys) {
 		/* Configured, but not available here: nobody gets in. */
@@ -170,7 +207,7 @@ authenticate(uint64_t id, const char *credential, struct store_user *su)
 		return NULL;
 	}
 	if (!controller_conf()->c_auth.au_api_keys)
-		return DEV_USER;
+		return &dev;
 	if (credential == NULL) {
 		api_error(id, 401, "unauthorized", "send your API key as "
 		    "Authorization: Bearer KEY");
@@ -182,7 +219,7 @@ authenticate(uint64_t id, const char *credential, struct store_user *su)
 		    "valid");
 		return NULL;
 	}
-	return su->su_name;
+	return su;
 }
 
 /* The path matches; rest is what follows a prefix route. */
@@ -207,7 +244,8 @@ api_request(uint64_t id, struct json_object *req)
 {
 	const struct api_route	*r;
 	struct json_object	*body = NULL;
-	const char		*method, *path, *user, *rest;
+	const char		*method, *path, *rest;
+	const struct store_user	*user;
 	const char		*credential = NULL;
 	struct store_user	 su;
 	int			 path_known = 0;

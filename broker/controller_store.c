@@ -22,7 +22,7 @@
 #include "broker/controller_store.h"
 #include "common/log.h"
 
-#define SCHEMA_VERSION	1
+#define SCHEMA_VERSION	2
 
 static sqlite3 *db;
 
@@ -38,6 +38,30 @@ static const char *const migrations[] = {
 	"  key_hash BLOB,"
 	"  created INTEGER NOT NULL,"
 	"  key_created INTEGER);",
+	/*
+	 * 1 -> 2: the audit trail (controller_audit.c).  The triggers stop
+	 * our own code from editing it; anyone who can write the file can
+	 * drop them, which is what the hash chain is for.
+	 */
+	"CREATE TABLE audit ("
+	"  id INTEGER PRIMARY KEY,"
+	"  ts INTEGER NOT NULL,"		/* ms since the epoch */
+	"  kind TEXT NOT NULL,"
+	"  user TEXT,"
+	"  tenant TEXT,"
+	"  detail TEXT NOT NULL,"		/* a JSON object */
+	"  prev_hash BLOB NOT NULL,"
+	"  hash BLOB NOT NULL);"
+	"CREATE INDEX audit_ts ON audit (ts);"
+	"CREATE TABLE audit_checkpoint ("
+	"  id INTEGER PRIMARY KEY CHECK (id = 1),"
+	"  last_id INTEGER,"
+	"  last_hash BLOB);"
+	"INSERT INTO audit_checkpoint VALUES (1, 0, zeroblob(32));"
+	"CREATE TRIGGER audit_no_update BEFORE UPDATE ON audit BEGIN"
+	"  SELECT RAISE(ABORT, 'the audit trail is append-only'); END;"
+	"CREATE TRIGGER audit_no_delete BEFORE DELETE ON audit BEGIN"
+	"  SELECT RAISE(ABORT, 'the audit trail is append-only'); END;",
 };
 
 static int
@@ -110,6 +134,13 @@ store_open(const char *state_dir)
 	    exec("PRAGMA foreign_keys = ON;") == -1 || migrate() == -1)
 		return -1;
 	return 0;
+}
+
+/* For the other tables' modules (controller_audit.c): one connection. */
+sqlite3 *
+store_db(void)
+{
+	return db;
 }
 
 void

@@ -8,6 +8,7 @@
 #include <stddef.h>
 
 struct json_object;
+struct sqlite3;
 
 #define KEY_PREFIX		"mcpb_"
 #define KEY_ID_LEN		12	/* public part, for lookup */
@@ -21,6 +22,8 @@ struct store_user {
 
 int	store_open(const char *state_dir);
 void	store_close(void);
+/* The open database, for controller_audit.c; NULL before store_open. */
+struct sqlite3	*store_db(void);
 
 /* A new user with a new key (written to key, KEY_MAX bytes). */
 int	store_user_add(const char *name, const char *tenant, const char *roles,

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <event2/event.h>
@@ -45,6 +46,13 @@ usage(void)
 	    "  user key NAME    a new API key for NAME; the old one stops "
 	    "working\n"
 	    "  user del NAME | user list\n"
+	    "  audit show [-n N] [-u USER] [-k KIND]\n"
+	    "            the last N (50) rows of the audit trail, oldest "
+	    "first\n"
+	    "  audit verify     check the trail's hash chain; prints its "
+	    "head\n"
+	    "  audit export [--format jsonl]\n"
+	    "            the whole trail as JSON Lines on stdout\n"
 	    "  server tools NAME\n"
 	    "            the tools the running daemon has from server NAME\n"
 	    "  server call [-u user] [-c conversation] NAME TOOL [JSON]\n"
@@ -337,6 +345,168 @@ cmd_user(const char *path, int argc, char *argv[])
 	return admin_print(path, req);
 }
 
+/* "2025-01-31T12:00:00.123Z" */
+static void
+print_audit_row(struct json_object *row)
+{
+	struct json_object	*d;
+	char			 when[32];
+	int64_t			 ts = jint(row, "ts");
+	time_t			 t = (time_t)(ts / 1000);
+	struct tm		 tm;
+
+	if (gmtime_r(&t, &tm) == NULL ||
+	    strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm) == 0)
+		snprintf(when, sizeof(when), "%lld", (long long)ts);
+	d = json_object_object_get(row, "detail");
+	printf("%-6lld %s.%03dZ %-10s %-16s %-12s %s\n",
+	    (long long)jint(row, "id"), when, (int)(ts % 1000),
+	    jstr(row, "kind"), *jstr(row, "user") != '\0' ? jstr(row, "user") :
+	    "-", *jstr(row, "tenant") != '\0' ? jstr(row, "tenant") : "-",
+	    json_object_to_json_string_ext(d, JSON_C_TO_STRING_PLAIN |
+	    JSON_C_TO_STRING_NOSLASHESCAPE));
+}
+
+/* Ask the controller; a refusal is printed and is exit status 1. */
+static struct json_object *
+audit_request(const char *path, struct json_object *req)
+{
+	struct json_object	*r;
+	int			 ok = 0;
+
+	r = ctl_request_payload(path, MSG_CTL_ADMIN, req);
+	json_object_put(req);
+	(void)json_get_bool(r, "ok", 0, &ok);
+	if (!ok) {
+		fprintf(stderr, "mcpbrokerctl: %s\n", jstr(r, "error"));
+		exit(1);
+	}
+	return r;
+}
+
+static int
+audit_show(const char *path, struct json_object *req)
+{
+	struct json_object	*r, *rows;
+	int			 truncated = 0;
+	size_t			 i;
+
+	r = audit_request(path, req);
+	if (!json_object_object_get_ex(r, "rows", &rows) ||
+	    !json_object_is_type(rows, json_type_array))
+		fatalx("malformed audit reply");
+	printf("%-6s %-24s %-10s %-16s %-12s %s\n", "ID", "TIME (UTC)", "KIND",
+	    "USER", "TENANT", "DETAIL");
+	for (i = 0; i < json_object_array_length(rows); i++)
+		print_audit_row(json_object_array_get_idx(rows, i));
+	(void)json_get_bool(r, "truncated", 1, &truncated);
+	if (truncated)
+		fprintf(stderr, "mcpbrokerctl: only the newest rows fit in "
+		    "one answer; use a smaller -n or audit export\n");
+	json_object_put(r);
+	return 0;
+}
+
+static int
+audit_verify(const char *path, struct json_object *req)
+{
+	struct json_object	*r;
+	int			 intact = 0;
+
+	r = audit_request(path, req);
+	(void)json_get_bool(r, "intact", 0, &intact);
+	if (intact)
+		printf("audit trail OK: %lld rows, head %s\n",
+		    (long long)jint(r, "rows"), jstr(r, "head"));
+	else
+		printf("audit trail BROKEN: %s\n(%lld rows verified before "
+		    "it, up to head %s)\n", jstr(r, "problem"),
+		    (long long)jint(r, "rows"), jstr(r, "head"));
+	json_object_put(r);
+	return intact ? 0 : 1;
+}
+
+/* Page by page (each answer must fit in one message), until one is empty. */
+static int
+audit_export(const char *path)
+{
+	struct json_object	*req, *r;
+	int64_t			 after = 0;
+	int			 more = 1;
+
+	while (more) {
+		req = json_object_new_object();
+		json_object_object_add(req, "op",
+		    json_object_new_string("audit_export"));
+		json_object_object_add(req, "after",
+		    json_object_new_int64(after));
+		r = audit_request(path, req);
+		/* Not jstr: a page is megabytes. */
+		if (!json_object_is_type(json_object_object_get(r, "lines"),
+		    json_type_string))
+			fatalx("malformed audit reply");
+		fputs(json_object_get_string(json_object_object_get(r,
+		    "lines")), stdout);
+		(void)json_get_bool(r, "more", 0, &more);
+		after = jint(r, "last");
+		json_object_put(r);
+	}
+	return fflush(stdout) == 0 ? 0 : 1;
+}
+
+/* audit show [-n N] [-u USER] [-k KIND] | audit verify | audit export */
+static int
+cmd_audit(const char *path, int argc, char *argv[])
+{
+	struct json_object	*req = json_object_new_object();
+	char			 op[16], *end;
+	long			 n;
+	int			 ch;
+
+	if (argc < 1)
+		usage();
+	snprintf(op, sizeof(op), "audit_%s", argv[0]);
+	json_object_object_add(req, "op", json_object_new_string(op));
+	if (strcmp(argv[0], "verify") == 0 && argc == 1)
+		return audit_verify(path, req);
+	if (strcmp(argv[0], "export") == 0) {
+		json_object_put(req);
+		if (argc == 1 || (argc == 3 && strcmp(argv[1], "--format") ==
+		    0 && strcmp(argv[2], "jsonl") == 0))
+			return audit_export(path);
+		usage();
+	}
+	if (strcmp(argv[0], "show") != 0)
+		usage();
+	optind = 1;
+	while ((ch = getopt(argc, argv, "n:u:k:")) != -1) {
+		switch (ch) {
+		case 'n':
+			n = strtol(optarg, &end, 10);
+			if (*optarg == '\0' || *end != '\0' || n < 1 ||
+			    n > 10000)
+				fatalx("-n %s: a number of rows, 1-10000",
+				    optarg);
+			json_object_object_add(req, "limit",
+			    json_object_new_int64(n));
+			break;
+		case 'u':
+			json_object_object_add(req, "user",
+			    json_object_new_string(optarg));
+			break;
+		case 'k':
+			json_object_object_add(req, "kind",
+			    json_object_new_string(optarg));
+			break;
+		default:
+			usage();
+		}
+	}
+	if (optind != argc)
+		usage();
+	return audit_show(path, req);
+}
+
 int
 main(int argc, char *argv[])
 {
@@ -369,6 +539,8 @@ main(int argc, char *argv[])
 		return cmd_server(path, argc - 1, argv + 1);
 	if (strcmp(argv[0], "user") == 0)
 		return cmd_user(path, argc - 1, argv + 1);
+	if (strcmp(argv[0], "audit") == 0)
+		return cmd_audit(path, argc - 1, argv + 1);
 	if (strcmp(argv[0], "mcp") == 0)
 		return ctl_mcp(argc - 1, argv + 1);
 	usage();

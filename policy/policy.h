@@ -8,6 +8,10 @@
 
 #include <sys/queue.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+struct json_object;
 
 enum policy_action {
 	POLICY_ALLOW,
@@ -56,5 +60,60 @@ TAILQ_HEAD(policy_rule_list, policy_rule);
 const char	*policy_action_str(enum policy_action);
 const char	*policy_subject_str(enum policy_subject);
 const char	*policy_op_str(enum policy_op);
+
+/*
+ * Who is calling.  (Named policy_caller, not policy_subject: C puts struct
+ * and enum tags in one name space and enum policy_subject is taken.)  Any
+ * field may be NULL / empty; such a caller matches only rules whose subject
+ * it has.  Names compare exactly (case-sensitive).
+ */
+struct policy_caller {
+	const char		*ps_user;
+	const char		*ps_tenant;
+	const char *const	*ps_roles;
+	size_t			 ps_nroles;
+};
+
+struct policy_decision {
+	enum policy_action		 pd_action;
+	const struct policy_rule	*pd_rule;	/* NULL: no rule matched */
+	char				 pd_reason[256];
+};
+
+/* Rate counters kept for at most this many (rule, user) pairs. */
+#define POLICY_RATE_MAX_PAIRS	10000
+/* Longer path arguments fail a prefix condition. */
+#define POLICY_PATH_MAX		4096
+
+/*
+ * Decide whether caller may call tool_id ("SERVER.TOOL") with args (a JSON
+ * object of the call's arguments).  Rules are evaluated top to bottom; the
+ * first whose subject, tool glob and every argument condition match decides.
+ * No match is a deny.
+ *
+ * args NULL asks whether to list the tool: argument conditions cannot be
+ * checked yet, so an allow or confirm rule with conditions decides as if
+ * they held (the call itself is decided again with its arguments), and a
+ * deny rule with conditions is passed over (it may not apply).  Listing
+ * shows a tool exactly when some call of it could be allowed.  Rate limits
+ * apply only when args is not NULL; a call that an allow or confirm rule
+ * with a rate decides uses up one of that rule's calls for ps_user, or is
+ * denied once they are used up.  now_ms is a monotonic clock.
+ */
+void	policy_decide(const struct policy_rule_list *,
+	    const struct policy_caller *, const char *tool_id,
+	    struct json_object *args, uint64_t now_ms,
+	    struct policy_decision *);
+
+/* Forget every rate counter (tests; a reload that replaces the rules). */
+void	policy_rates_reset(void);
+
+/*
+ * For `mcpbrokerctl policy explain`: one line per rule, in order, saying
+ * whether its subject and tool match and which rule decides the listing
+ * question (args NULL above), then a line with the decision.
+ */
+void	policy_explain(const struct policy_rule_list *,
+	    const struct policy_caller *, const char *tool_id, FILE *out);
 
 #endif

@@ -1,5 +1,6 @@
 """Conversations end to end: the real daemon, the fake LLM speaking each
 provider's wire format, and server-filesystem over stdio."""
+import http.client
 import json
 import os
 import shutil
@@ -37,7 +38,8 @@ class ChatBase(unittest.TestCase):
         cls.b = Broker('provider "llm" { %s system-prompt "%s" }\n'
                        'provider "down" { type ollama base-url '
                        '"http://127.0.0.1:%d" model "m" }\n'
-                       'server "files" { command "%s" "%s" "%s" }\n%s'
+                       'server "files" { command "%s" "%s" "%s" }\n'
+                       'allow tool "*"\n%s'
                        % (PROVIDERS[cls.provider] % cls.llm.port,
                           SYSTEM_PROMPT, free_port(), node(), FILESYSTEM,
                           cls.dir,
@@ -277,8 +279,8 @@ class ChatCancelTest(unittest.TestCase):
         os.environ["MCP_V2_LOG"] = log.name
         b = Broker('provider "llm" { %s }\n'
                    'server "v2" { command "%s" "%s" "stdio" '
-                   'env "MCP_V2_LOG" }' % (PROVIDERS["openai"] % llm.port,
-                                           node(), V2_SERVER))
+                   'env "MCP_V2_LOG" }\nallow tool "*"'
+                   % (PROVIDERS["openai"] % llm.port, node(), V2_SERVER))
         self.addCleanup(b.stop)
         b.start()
         status, _, _ = b.request("POST", "/llmchat/connect",
@@ -306,6 +308,91 @@ class ChatCancelTest(unittest.TestCase):
         self.assertEqual(status, 200, doc)
         self.assertEqual(doc["content"], "after the stop")
         self.assertEqual(b.processes()["worker v2"]["pid"], worker)
+
+
+class ChatPolicyTest(unittest.TestCase):
+    """Who may use which tool, with which arguments."""
+
+    def setUp(self):
+        self.llm = FakeLLM()
+        self.addCleanup(self.llm.stop)
+        self.dir = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, self.dir, True)
+        os.chmod(self.dir, 0o755)
+        self.public = os.path.join(self.dir, "public")
+        os.mkdir(self.public, 0o755)
+        for path, text in ((os.path.join(self.public, "ok.txt"), "open"),
+                           (os.path.join(self.dir, "secret.txt"), "hush")):
+            with open(path, "w") as f:
+                f.write(text)
+            os.chmod(path, 0o644)
+        os.environ["FAKE_LLM_KEY"] = KEY
+        self.b = Broker(
+            'auth { api-keys }\nprovider "llm" { %s }\n'
+            'server "files" { command "%s" "%s" "%s" }\n'
+            'deny tool "files.write_*" "files.move_*"\n'
+            'allow role "analyst" tool "files.read_file" where path prefix '
+            '"%s/"\n'
+            'allow role "analyst" tool "files.list_*"\n'
+            % (PROVIDERS["openai"] % self.llm.port, node(), FILESYSTEM,
+               self.dir, self.public))
+        self.addCleanup(self.b.stop)
+        self.b.start()
+        self.keys = {
+            "alice": self.b.ctl("user", "add", "-r", "analyst",
+                                "alice").stdout.split()[-1],
+            "bob": self.b.ctl("user", "add", "bob").stdout.split()[-1]}
+
+    def connect(self, user):
+        status, _, data = self.b.request(
+            "POST", "/llmchat/connect", '{"provider":"llm"}',
+            {"Authorization": "Bearer " + self.keys[user]})
+        self.assertEqual(status, 200)
+        return json.loads(data)
+
+    def chat(self, user, steps):
+        self.llm.script(*steps)
+        conn = http.client.HTTPConnection("127.0.0.1", self.b.port,
+                                          timeout=30)
+        conn.request("POST", "/llmchat/chat", json.dumps(
+            {"message": "go"}), {"Authorization": "Bearer " +
+                                 self.keys[user]})
+        body = conn.getresponse().read().decode()
+        conn.close()
+        return body
+
+    def test_tool_lists_follow_the_policy(self):
+        names = [t["name"] for t in self.connect("alice")["tools"]]
+        self.assertIn("files__read_file", names)
+        self.assertIn("files__list_directory", names)
+        self.assertNotIn("files__write_file", names)
+        self.assertNotIn("files__search_files", names)
+        self.assertEqual(self.connect("bob")["tool_count"], 0)
+        for user, want in (("alice", True), ("bob", False)):
+            status, _, data = self.b.request(
+                "GET", "/api/v1/tools",
+                headers={"Authorization": "Bearer " + self.keys[user]})
+            tools = [t["name"] for s in json.loads(data)["servers"]
+                     for t in s["tools"]]
+            self.assertEqual("read_file" in tools, want, user)
+            self.assertNotIn("write_file", tools)
+
+    def test_calls_are_checked_with_their_arguments(self):
+        self.connect("alice")
+        body = self.chat("alice", [
+            {"tool_calls": [{"name": "files__read_file", "arguments":
+                             {"path": self.public + "/ok.txt"}},
+                            {"name": "files__read_file", "arguments":
+                             {"path": self.public + "/../secret.txt"}},
+                            {"name": "files__write_file", "arguments":
+                             {"path": self.public + "/x", "content": "y"}}]},
+            {"echo_tool_result": True}])
+        self.assertIn("open", body)
+        self.assertNotIn("hush", body)
+        self.assertIn("refused by policy", body)
+        # The forged call of a tool never offered reached no server.
+        self.assertIn("no tool named", body)
+        self.assertFalse(os.path.exists(self.public + "/x"))
 
 
 class ChatUsersTest(unittest.TestCase):

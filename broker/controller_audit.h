@@ -1,0 +1,95 @@
+/*
+ * The audit trail: an append-only table in the controller's database in
+ * which each row carries the SHA-256 of its predecessor, so that an edit,
+ * a deletion or a reordering shows up in audit_verify.  Only the controller
+ * writes it, through audit_append.
+ */
+#ifndef MCPBROKER_CONTROLLER_AUDIT_H
+#define MCPBROKER_CONTROLLER_AUDIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct json_object;
+
+#define AUDIT_HASH_LEN		32	/* SHA-256 */
+
+/* Kinds in use; a kind is free text, these keep the spelling in one place. */
+#define AUDIT_KIND_ADMIN	"admin"		/* mcpbrokerctl changed something */
+
+/*
+ * One row as stored.  A text field with p == NULL is SQL NULL, which the
+ * hash tells apart from "".
+ */
+struct audit_text {
+	const void	*p;
+	size_t		 len;
+};
+
+struct audit_row {
+	int64_t			 ar_id;
+	int64_t			 ar_ts;		/* ms since the epoch, UTC */
+	struct audit_text	 ar_kind;
+	struct audit_text	 ar_user;
+	struct audit_text	 ar_tenant;
+	struct audit_text	 ar_detail;	/* JSON object text */
+	const unsigned char	*ar_prev_hash;	/* AUDIT_HASH_LEN bytes */
+};
+
+struct audit_filter {
+	int64_t		 af_since_ms;	/* 0: no bound */
+	int64_t		 af_until_ms;	/* 0: no bound; inclusive */
+	const char	*af_user;	/* NULL: any */
+	const char	*af_kind;	/* NULL: any */
+	unsigned int	 af_limit;	/* the newest af_limit rows; 0: 50 */
+};
+
+/*
+ * Record one event: kind (e.g. "tool_call", "auth", "admin"), who did it
+ * and for which tenant (either may be NULL), and a JSON object with the
+ * rest (NULL: {}).  Returns the new row's id, or -1 if it was not recorded:
+ * a caller about to act on the user's behalf must then not act.  It is one
+ * transaction, or part of the caller's if audit_begin started one.
+ */
+int64_t	audit_append(const char *kind, const char *user, const char *tenant,
+	    struct json_object *detail);
+
+/*
+ * Make a change in the database and its audit row one transaction:
+ * audit_begin(), the change, audit_append(), audit_end(ok).  audit_end
+ * commits when ok is non-zero and rolls back otherwise; either returns -1
+ * when the database failed (then nothing was written).
+ */
+int	audit_begin(void);
+int	audit_end(int ok);
+
+/*
+ * Walk the whole trail: 0 if intact, else -1 with the first problem in
+ * why ("row 17: contents changed").  rows gets the number of rows read,
+ * head the hash of the last row (all zeros for an empty trail): an
+ * operator records it elsewhere to detect a rewrite of the whole chain.
+ */
+int	audit_verify(char *why, size_t whylen, uint64_t *rows,
+	    unsigned char head[AUDIT_HASH_LEN]);
+
+/* The filtered rows, oldest first: [{id, ts, kind, user, tenant, detail}]. */
+struct json_object *audit_list(const struct audit_filter *,
+	    int *truncated);
+
+/*
+ * JSON Lines for a SIEM: fn gets each row after after_id, in order, as one
+ * line without its newline ({id, ts, kind, user, tenant, detail, prev_hash,
+ * hash}, hashes in hex), until max_rows rows or fn returns non-zero.
+ * Returns the last id given to fn (after_id if none), or -1.
+ */
+typedef int	(*audit_line_fn)(int64_t id, const char *line, void *arg);
+int64_t	audit_export(int64_t after_id, unsigned int max_rows, audit_line_fn,
+	    void *arg);
+
+/* The row's hash: SHA-256 over the encoding in docs/ARCHITECTURE.md. */
+void	audit_hash(const struct audit_row *, unsigned char out[AUDIT_HASH_LEN]);
+
+/* `mcpbrokerctl audit show|verify|export`: op is "audit_...". */
+void	audit_admin(uint64_t id, const char *op, struct json_object *o);
+
+#endif
