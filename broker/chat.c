@@ -18,11 +18,13 @@
 #include <time.h>
 
 #include <event2/buffer.h>
+#include <openssl/sha.h>
 #include <event2/event.h>
 #include <json-c/json.h>
 
 #include "broker/chat.h"
 #include "broker/controller.h"
+#include "broker/controller_audit.h"
 #include "broker/controller_store.h"
 #include "broker/providers/provider.h"
 #include "common/http_client.h"
@@ -56,6 +58,7 @@ struct call {
 	uint64_t		 c_call;	/* controller call, or 0 */
 	uint64_t		 c_start_ms;
 	void			*c_ref;		/* our callback's argument */
+	int64_t			 c_audit;	/* the intent row, or 0 */
 	char			*c_output;	/* the result, for the model */
 	int			 c_error;
 	int			 c_done;
@@ -117,6 +120,8 @@ static struct session_list	sessions = TAILQ_HEAD_INITIALIZER(sessions);
 
 static void	round_start(struct turn *);
 static void	round_results(struct turn *);
+static void	audit_outcome(struct turn *, struct call *, const char *);
+static void	audit_forged(struct turn *, struct call *);
 
 /* ---- sessions ---- */
 
@@ -415,6 +420,7 @@ turn_free(struct turn *t)
 		if (t->t_calls[i].c_call != 0 && !t->t_calls[i].c_done) {
 			controller_cancel_call(t->t_calls[i].c_call);
 			free(t->t_calls[i].c_ref);
+			audit_outcome(t, &t->t_calls[i], "cancelled");
 		}
 		free(t->t_calls[i].c_name);
 		free(t->t_calls[i].c_args);
@@ -644,6 +650,7 @@ call_finish(struct turn *t, struct call *c, const char *output, int error)
 	c->c_done = 1;
 	c->c_output = xstrdup(output);
 	c->c_error = error;
+	audit_outcome(t, c, error ? "error" : "ok");
 	json_object_object_add(o, "id", json_object_new_string(c->c_id));
 	json_object_object_add(o, "tool", json_object_new_string(c->c_map ?
 	    c->c_map->tm_tool : c->c_name));
@@ -694,6 +701,100 @@ call_done(struct json_object *result, struct json_object *error, void *arg)
 	free(text);
 }
 
+static const char *
+action_str(enum policy_action a)
+{
+	return a == POLICY_ALLOW ? "allow" : a == POLICY_CONFIRM ? "confirm" :
+	    "deny";
+}
+
+/* Hex SHA-256 of the arguments as the model wrote them. */
+static void
+args_digest(const char *text, char out[65])
+{
+	unsigned char	h[SHA256_DIGEST_LENGTH];
+	int		i;
+
+	SHA256((const unsigned char *)text, strlen(text), h);
+	for (i = 0; i < SHA256_DIGEST_LENGTH; i++)
+		snprintf(out + 2 * i, 3, "%02x", h[i]);
+}
+
+static int64_t
+audit_intent(struct turn *t, struct call *c, struct json_object *args,
+    const struct policy_decision *pd)
+{
+	struct json_object	*d = json_object_new_object();
+	char			 digest[65], rule[300];
+	int64_t			 id;
+
+	args_digest(c->c_args, digest);
+	json_object_object_add(d, "conversation",
+	    json_object_new_string(t->t_s->s_conversation));
+	json_object_object_add(d, "server",
+	    json_object_new_string(c->c_map->tm_server));
+	json_object_object_add(d, "tool",
+	    json_object_new_string(c->c_map->tm_tool));
+	json_object_object_add(d, "decision",
+	    json_object_new_string(action_str(pd->pd_action)));
+	if (pd->pd_rule != NULL) {
+		snprintf(rule, sizeof(rule), "%s:%d", pd->pd_rule->pr_file,
+		    pd->pd_rule->pr_line);
+		json_object_object_add(d, "rule", json_object_new_string(rule));
+	}
+	json_object_object_add(d, "reason",
+	    json_object_new_string(pd->pd_reason));
+	json_object_object_add(d, "arguments_sha256",
+	    json_object_new_string(digest));
+	json_object_object_add(d, "arguments", json_object_get(args));
+	id = audit_append(AUDIT_KIND_CALL, t->t_s->s_user, t->t_s->s_tenant,
+	    d);
+	json_object_put(d);
+	return id;
+}
+
+/* The model asked for a tool this session was never offered. */
+static void
+audit_forged(struct turn *t, struct call *c)
+{
+	struct json_object *d = json_object_new_object();
+
+	json_object_object_add(d, "conversation",
+	    json_object_new_string(t->t_s->s_conversation));
+	json_object_object_add(d, "name", json_object_new_string(c->c_name));
+	json_object_object_add(d, "decision", json_object_new_string("deny"));
+	json_object_object_add(d, "reason", json_object_new_string(
+	    "not a tool offered to this session"));
+	if (audit_append(AUDIT_KIND_CALL, t->t_s->s_user, t->t_s->s_tenant,
+	    d) == -1)
+		log_warnx("chat %s: a refused call was not recorded",
+		    t->t_s->s_user);
+	json_object_put(d);
+}
+
+/* How a call that ran ended, tied to its intent row. */
+static void
+audit_outcome(struct turn *t, struct call *c, const char *outcome)
+{
+	struct json_object *d;
+
+	if (c->c_audit <= 0)
+		return;
+	d = json_object_new_object();
+	json_object_object_add(d, "intent", json_object_new_int64(c->c_audit));
+	json_object_object_add(d, "outcome", json_object_new_string(outcome));
+	json_object_object_add(d, "elapsed_ms", json_object_new_int64(
+	    monotonic_ms() - c->c_start_ms));
+	json_object_object_add(d, "result_bytes", json_object_new_int64(
+	    c->c_output != NULL ? (int64_t)strlen(c->c_output) : 0));
+	if (audit_append(AUDIT_KIND_RESULT, t->t_s->s_user, t->t_s->s_tenant,
+	    d) == -1)
+		log_warnx("chat %s: the outcome of audit row %" PRId64 " was not "
+		    "recorded", t->t_s->s_user, c->c_audit);
+	json_object_put(d);
+	c->c_audit = 0;
+}
+
 /*
  * The decision for this very call (arguments, rate limits).  A call that
  * needs an administrator's approval is refused: approving is not possible
@@ -712,6 +813,14 @@ policy_permits(struct turn *t, struct call *c, struct json_object *args,
 	session_caller(t->t_s, &pc);
 	policy_decide(&controller_conf()->c_rules, &pc, id, args,
 	    monotonic_ms(), &pd);
+	/* The intent is on record before anything runs, or nothing runs. */
+	if ((c->c_audit = audit_intent(t, c, args, &pd)) == -1) {
+		c->c_audit = 0;
+		snprintf(why, whylen, "%.160s was not run: the audit trail "
+		    "cannot be written", id);
+		log_warnx("chat %s: %s", t->t_s->s_user, why);
+		return 0;
+	}
 	if (pd.pd_action == POLICY_ALLOW)
 		return 1;
 	if (pd.pd_action == POLICY_CONFIRM)
@@ -749,11 +858,13 @@ call_start(struct turn *t, size_t i)
 	if (c->c_map == NULL) {
 		snprintf(why, sizeof(why), "there is no tool named \"%.100s\"",
 		    c->c_name);
+		audit_forged(t, c);
 		call_finish(t, c, why, 1);
 	} else if (args == NULL) {
 		call_finish(t, c, "the arguments are not a valid JSON object; "
 		    "call the tool again with a JSON object", 1);
 	} else if (!policy_permits(t, c, args, why, sizeof(why))) {
+		c->c_audit = 0;		/* the intent row says it all */
 		call_finish(t, c, why, 1);
 	} else if ((wl = controller_worker(c->c_map->tm_server)) == NULL) {
 		call_finish(t, c, "the tool's server is gone", 1);

@@ -11,6 +11,7 @@
 
 #include "broker/chat.h"
 #include "broker/controller.h"
+#include "broker/controller_audit.h"
 #include "broker/controller_store.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -214,7 +215,15 @@ authenticate(uint64_t id, const char *credential, struct store_user *su)
 		return NULL;
 	}
 	if (store_authenticate(credential, su) == -1) {
+		struct json_object *d = json_object_new_object();
+
 		log_info("api: a request with an unknown API key");
+		json_object_object_add(d, "result", json_object_new_string(
+		    "failure"));
+		json_object_object_add(d, "reason", json_object_new_string(
+		    "unknown API key"));
+		(void)audit_append(AUDIT_KIND_AUTH, NULL, NULL, d);
+		json_object_put(d);
 		api_error(id, 401, "unauthorized", "the API key is not "
 		    "valid");
 		return NULL;

@@ -58,8 +58,10 @@ put_u64(EVP_MD_CTX *md, uint64_t v)
 	EVP_DigestUpdate(md, b, sizeof(b));
 }
 
-/* A presence byte, then the length, so NULL, "" and "a","b" / "ab",""
- * never encode alike. */
+/*
+ * A presence byte, then the length: NULL and "", or "a","b" and "ab","",
+ * never encode alike.
+ */
 static void
 put_text(EVP_MD_CTX *md, const struct audit_text *t)
 {

@@ -16,6 +16,9 @@ struct json_object;
 
 /* Kinds in use; a kind is free text, these keep the spelling in one place. */
 #define AUDIT_KIND_ADMIN	"admin"		/* mcpbrokerctl changed something */
+#define AUDIT_KIND_CALL		"tool_call"	/* a decision, before the call */
+#define AUDIT_KIND_RESULT	"tool_result"	/* how a call we ran ended */
+#define AUDIT_KIND_AUTH		"auth"		/* a refused API key */
 
 /*
  * One row as stored.  A text field with p == NULL is SQL NULL, which the

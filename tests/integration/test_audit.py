@@ -142,6 +142,45 @@ class AuditTest(unittest.TestCase):
         r = self.b.ctl("audit", "export", "--format", "csv", check=False)
         self.assertEqual(r.returncode, 2)
 
+    def test_long_trail_pages(self):
+        """More rows than one answer holds: export pages through them, and
+        rows written in Python from the documented encoding verify."""
+        self.users("a")
+        self.stop_daemon()
+        owner = os.stat(self.db)
+        detail = json.dumps({"tool": "files.read_file",
+                             "arguments": {"path": "/srv/" + "x" * 300}},
+                            separators=(",", ":"))
+        with sqlite3.connect(self.db) as conn:
+            last_id, prev = conn.execute("SELECT last_id, last_hash FROM "
+                                         "audit_checkpoint").fetchone()
+            rows = []
+            for i in range(last_id + 1, last_id + 12001):
+                h = row_hash(i, 1700000000000 + i, "tool_call", "alice",
+                             "acme", detail, prev)
+                rows.append((i, 1700000000000 + i, "tool_call", "alice",
+                             "acme", detail, prev, h))
+                prev = h
+            conn.executemany("INSERT INTO audit VALUES (?, ?, ?, ?, ?, ?, "
+                             "?, ?)", rows)
+            conn.execute("UPDATE audit_checkpoint SET last_id = ?, "
+                         "last_hash = ?", (rows[-1][0], prev))
+        conn.close()
+        state = os.path.dirname(self.db)
+        for name in os.listdir(state):
+            os.chown(os.path.join(state, name), owner.st_uid, owner.st_gid)
+        self.b.start()
+        r = self.verify()
+        self.assertEqual(r.stdout.strip(), "audit trail OK: 12001 rows, "
+                         "head %s" % prev.hex())
+        lines = self.b.ctl("audit", "export").stdout.splitlines()
+        self.assertEqual([json.loads(l)["id"] for l in lines],
+                         list(range(1, 12002)))
+        out = self.b.ctl("audit", "show", "-n", "3", "-u",
+                         "alice").stdout.splitlines()
+        self.assertEqual([l.split()[0] for l in out[1:]],
+                         ["11999", "12000", "12001"])
+
     def test_tampering_is_found(self):
         self.users("u1", "u2", "u3", "u4", "u5", "u6")
         self.assertEqual(self.verify().returncode, 0)

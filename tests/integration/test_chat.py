@@ -393,6 +393,19 @@ class ChatPolicyTest(unittest.TestCase):
         # The forged call of a tool never offered reached no server.
         self.assertIn("no tool named", body)
         self.assertFalse(os.path.exists(self.public + "/x"))
+        # Every decision is on record, before the call, with its outcome.
+        out = self.b.ctl("audit", "show", "-k", "tool_call").stdout
+        self.assertEqual(out.count("alice"), 3, out)
+        export = [json.loads(line) for line in self.b.ctl(
+            "audit", "export", "--format", "jsonl").stdout.splitlines()]
+        calls = [r for r in export if r["kind"] == "tool_call"]
+        self.assertEqual([json.loads(r["detail"])["decision"]
+                          if isinstance(r["detail"], str)
+                          else r["detail"]["decision"] for r in calls],
+                         ["allow", "deny", "deny"])
+        results = [r for r in export if r["kind"] == "tool_result"]
+        self.assertEqual(len(results), 1)
+        self.assertIn("audit trail OK", self.b.ctl("audit", "verify").stdout)
 
 
 class ChatUsersTest(unittest.TestCase):
@@ -446,6 +459,12 @@ class ChatUsersTest(unittest.TestCase):
             self.assertEqual(said, ["%s says 0" % user, "%s says 1" % user])
         status, _ = self.call("alice", "GET", "/llmchat/status/bob")
         self.assertEqual(status, 403)
+        # A refused key is on the audit trail.
+        status, _, _ = self.b.request("GET", "/llmchat/status/x", headers={
+            "Authorization": "Bearer mcpb_not-a-real-key-0000000000"})
+        self.assertEqual(status, 401)
+        self.assertIn("auth", self.b.ctl("audit", "show", "-k",
+                                         "auth").stdout)
 
 
 def provider_case(name):

@@ -444,8 +444,10 @@ test_nested_transaction(void **state)
 	assert_int_equal(audit_append("admin", NULL, NULL, NULL), 4);
 }
 
-/* An append that fails inside a caller's transaction takes the change
- * down with it: nothing unrecorded is left behind. */
+/*
+ * An append that fails inside a caller's transaction takes the change
+ * down with it: nothing unrecorded is left behind.
+ */
 static void
 test_nested_failure(void **state)
 {
