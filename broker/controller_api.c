@@ -5,8 +5,11 @@
  * MSG_HTTP_EVENTs and an MSG_HTTP_END).
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
 #include <json-c/json.h>
 
 #include "broker/chat.h"
@@ -19,6 +22,8 @@
 
 #define PATH_MAX_LEN	512
 #define DEV_USER	"dev"
+
+static const char	*api_query;	/* the request's query string */
 
 struct api_route {
 	const char	*ar_method;
@@ -177,7 +182,85 @@ r_tools(uint64_t id, const struct store_user *u, const char *rest,
 	api_reply(id, 200, r);
 }
 
+static int
+has_role(const struct store_user *u, const char *role)
+{
+	char		 buf[sizeof(u->su_roles)], *save, *r;
+
+	snprintf(buf, sizeof(buf), "%s", u->su_roles);
+	for (r = strtok_r(buf, ",", &save); r != NULL;
+	    r = strtok_r(NULL, ",", &save))
+		if (strcmp(r, role) == 0)
+			return 1;
+	return 0;
+}
+
+/* One query parameter, decoded; NULL when absent. */
+static char *
+query_param(struct evkeyvalq *q, const char *key)
+{
+	const char *v = evhttp_find_header(q, key);
+
+	return v != NULL && strlen(v) <= 64 ? strdup(v) : NULL;
+}
+
+/*
+ * The audit trail for administrators: an `admin` sees every tenant, a
+ * `tenant-admin` only their own; filters user, kind, since, until (ms),
+ * limit.
+ */
+static void
+r_audit(uint64_t id, const struct store_user *u, const char *rest,
+    struct json_object *body)
+{
+	struct audit_filter	 f;
+	struct evkeyvalq	 q;
+	struct json_object	*r, *rows;
+	char			*user, *kind, *since, *until, *limit;
+	int			 truncated = 0;
+
+	(void)rest;
+	(void)body;
+	if (!has_role(u, "admin") && !has_role(u, "tenant-admin")) {
+		api_error(id, 403, "forbidden", "the audit trail is for the "
+		    "admin and tenant-admin roles");
+		return;
+	}
+	TAILQ_INIT(&q);
+	if (api_query != NULL && evhttp_parse_query_str(api_query, &q) == -1) {
+		api_error(id, 400, "bad_request", "the query string could not "
+		    "be parsed");
+		return;
+	}
+	memset(&f, 0, sizeof(f));
+	f.af_user = user = query_param(&q, "user");
+	f.af_kind = kind = query_param(&q, "kind");
+	since = query_param(&q, "since");
+	until = query_param(&q, "until");
+	limit = query_param(&q, "limit");
+	f.af_since_ms = since != NULL ? strtoll(since, NULL, 10) : 0;
+	f.af_until_ms = until != NULL ? strtoll(until, NULL, 10) : 0;
+	f.af_limit = limit != NULL ? (unsigned int)strtoul(limit, NULL, 10) : 0;
+	if (f.af_limit > 10000)
+		f.af_limit = 10000;
+	if (!has_role(u, "admin"))
+		f.af_tenant = u->su_tenant;
+	rows = audit_list(&f, &truncated);
+	free(user);
+	free(kind);
+	free(since);
+	free(until);
+	free(limit);
+	evhttp_clear_headers(&q);
+	r = json_object_new_object();
+	json_object_object_add(r, "rows", rows);
+	json_object_object_add(r, "truncated", json_object_new_boolean(
+	    truncated));
+	api_reply(id, 200, r);
+}
+
 static const struct api_route api_routes[] = {
+	{ "GET", "/api/v1/audit", r_audit },
 	{ "POST", "/llmchat/connect", r_connect },
 	{ "POST", "/llmchat/chat", r_chat },
 	{ "POST", "/llmchat/stop", r_stop },
@@ -269,6 +352,8 @@ api_request(uint64_t id, struct json_object *req)
 	}
 	if ((user = authenticate(id, credential, &su)) == NULL)
 		return;
+	if (json_get_str(req, "query", 2048, 1, &api_query) == -1)
+		api_query = NULL;
 	for (r = api_routes; r->ar_method != NULL; r++) {
 		if (!path_matches(r->ar_path, path, &rest))
 			continue;

@@ -507,14 +507,15 @@ static sqlite3_stmt *
 list_prepare(const struct audit_filter *f)
 {
 	sqlite3_stmt	*st;
-	char		 q[512];
+	char		 q[600];
 
 	snprintf(q, sizeof(q), "SELECT id, ts, kind, user, tenant, detail "
-	    "FROM audit WHERE 1%s%s%s%s ORDER BY id DESC LIMIT ?5",
+	    "FROM audit WHERE 1%s%s%s%s%s ORDER BY id DESC LIMIT ?5",
 	    f->af_since_ms > 0 ? " AND ts >= ?1" : "",
 	    f->af_until_ms > 0 ? " AND ts <= ?2" : "",
 	    f->af_user != NULL ? " AND user = ?3" : "",
-	    f->af_kind != NULL ? " AND kind = ?4" : "");
+	    f->af_kind != NULL ? " AND kind = ?4" : "",
+	    f->af_tenant != NULL ? " AND tenant = ?6" : "");
 	if (sqlite3_prepare_v2(store_db(), q, -1, &st, NULL) != SQLITE_OK)
 		return NULL;
 	sqlite3_bind_int64(st, 1, f->af_since_ms);
@@ -523,6 +524,8 @@ list_prepare(const struct audit_filter *f)
 		sqlite3_bind_text(st, 3, f->af_user, -1, SQLITE_STATIC);
 	if (f->af_kind != NULL)
 		sqlite3_bind_text(st, 4, f->af_kind, -1, SQLITE_STATIC);
+	if (f->af_tenant != NULL)
+		sqlite3_bind_text(st, 6, f->af_tenant, -1, SQLITE_STATIC);
 	sqlite3_bind_int(st, 5, f->af_limit > 0 ? (int)f->af_limit :
 	    AUDIT_SHOW_DEFAULT);
 	return st;

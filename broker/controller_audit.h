@@ -44,6 +44,7 @@ struct audit_filter {
 	int64_t		 af_until_ms;	/* 0: no bound; inclusive */
 	const char	*af_user;	/* NULL: any */
 	const char	*af_kind;	/* NULL: any */
+	const char	*af_tenant;	/* NULL: any */
 	unsigned int	 af_limit;	/* the newest af_limit rows; 0: 50 */
 };
 

@@ -70,6 +70,25 @@ class ApiKeyTest(unittest.TestCase):
         # A bad admin request is answered, not fatal to the daemon.
         self.assertEqual(self.b.get("/healthz")[0], 200)
 
+    def test_audit_api_for_admins_only(self):
+        root = self.add("root", "-r", "admin")
+        boss = self.add("boss", "-r", "tenant-admin", "-t", "acme")
+        plain = self.add("pat", "-t", "acme")
+        self.status("/llmchat/status/x", "mcpb_" + "0" * 43)   # auth row
+        status, _, doc = self.status("/api/v1/audit?kind=admin&limit=2",
+                                     root)
+        self.assertEqual(status, 200, doc)
+        self.assertEqual(len(doc["rows"]), 2)
+        self.assertTrue(all(r["kind"] == "admin" for r in doc["rows"]))
+        status, _, doc = self.status("/api/v1/audit?kind=auth", root)
+        self.assertEqual(len(doc["rows"]), 1)
+        # A tenant-admin sees only rows of their tenant: none of these
+        # (administration and refused keys carry no tenant).
+        status, _, doc = self.status("/api/v1/audit", boss)
+        self.assertEqual(status, 200)
+        self.assertEqual(doc["rows"], [])
+        self.assertEqual(self.status("/api/v1/audit", plain)[0], 403)
+
     def test_keys_are_stored_hashed_and_never_logged(self):
         key = self.add("erin")
         db = os.path.join(self.b.dir, "state", "mcpbroker.db")

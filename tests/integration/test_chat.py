@@ -406,6 +406,15 @@ class ChatPolicyTest(unittest.TestCase):
         results = [r for r in export if r["kind"] == "tool_result"]
         self.assertEqual(len(results), 1)
         self.assertIn("audit trail OK", self.b.ctl("audit", "verify").stdout)
+        # Over the API: a tenant-admin sees their tenant's rows only.
+        for tenant, count in (("default", 3), ("other", 0)):
+            key = self.b.ctl("user", "add", "-r", "tenant-admin", "-t",
+                             tenant, "ta-" + tenant).stdout.split()[-1]
+            status, _, data = self.b.request(
+                "GET", "/api/v1/audit?kind=tool_call",
+                headers={"Authorization": "Bearer " + key})
+            self.assertEqual(status, 200)
+            self.assertEqual(len(json.loads(data)["rows"]), count, tenant)
 
 
 class ChatUsersTest(unittest.TestCase):
