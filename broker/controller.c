@@ -728,6 +728,46 @@ admin_user(uint64_t id, const char *op, struct json_object *o)
 	admin_reply(id, r);
 }
 
+/* `mcpbrokerctl policy explain -u USER -t SERVER.TOOL`. */
+static void
+admin_explain(uint64_t id, struct json_object *o)
+{
+	struct policy_caller	 pc;
+	struct store_user	 su;
+	struct json_object	*r;
+	const char		*user, *tool, *roles[16];
+	char			*text = NULL, buf[256], *save, *role;
+	size_t			 len = 0;
+	FILE			*f;
+
+	if (json_get_str(o, "user", 64, 0, &user) == -1 ||
+	    json_get_str(o, "tool", 200, 0, &tool) == -1) {
+		admin_error(id, "explain needs a user and a SERVER.TOOL");
+		return;
+	}
+	if (store_user_get(user, &su) == -1) {
+		admin_error(id, "no such user");
+		return;
+	}
+	memset(&pc, 0, sizeof(pc));
+	pc.ps_user = su.su_name;
+	pc.ps_tenant = su.su_tenant;
+	pc.ps_roles = roles;
+	snprintf(buf, sizeof(buf), "%s", su.su_roles);
+	for (role = strtok_r(buf, ",", &save); role != NULL &&
+	    pc.ps_nroles < 16; role = strtok_r(NULL, ",", &save))
+		roles[pc.ps_nroles++] = role;
+	if ((f = open_memstream(&text, &len)) == NULL)
+		fatal("open_memstream");
+	policy_explain(&ctl.conf->c_rules, &pc, tool, f);
+	fclose(f);
+	r = json_object_new_object();
+	json_object_object_add(r, "ok", json_object_new_boolean(1));
+	json_object_object_add(r, "text", json_object_new_string(text));
+	free(text);
+	admin_reply(id, r);
+}
+
 /* From the parent, but shaped by an administrator: errors are answers. */
 static int
 controller_recv_admin(struct peer *p, struct msg *m, struct json_object *o)
@@ -739,6 +779,8 @@ controller_recv_admin(struct peer *p, struct msg *m, struct json_object *o)
 		admin_error(m->m_hdr.mh_id, "no op");
 	else if (strcmp(op, "tools") == 0 || strcmp(op, "call") == 0)
 		admin_server(m->m_hdr.mh_id, op, o);
+	else if (strcmp(op, "policy_explain") == 0)
+		admin_explain(m->m_hdr.mh_id, o);
 	else if (strncmp(op, "user_", 5) == 0 && (strcmp(op, "user_add") == 0 ||
 	    strcmp(op, "user_key") == 0 || strcmp(op, "user_del") == 0 ||
 	    strcmp(op, "user_list") == 0))

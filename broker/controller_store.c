@@ -339,3 +339,26 @@ store_authenticate(const char *key, struct store_user *u)
 	sqlite3_finalize(st);
 	return ok ? 0 : -1;
 }
+
+int
+store_user_get(const char *name, struct store_user *u)
+{
+	sqlite3_stmt	*st;
+	int		 ok = 0;
+
+	if (sqlite3_prepare_v2(db, "SELECT name, tenant, roles FROM users "
+	    "WHERE name = ?", -1, &st, NULL) != SQLITE_OK)
+		return -1;
+	sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
+	if (sqlite3_step(st) == SQLITE_ROW) {
+		snprintf(u->su_name, sizeof(u->su_name), "%s",
+		    (const char *)sqlite3_column_text(st, 0));
+		snprintf(u->su_tenant, sizeof(u->su_tenant), "%s",
+		    (const char *)sqlite3_column_text(st, 1));
+		snprintf(u->su_roles, sizeof(u->su_roles), "%s",
+		    (const char *)sqlite3_column_text(st, 2));
+		ok = 1;
+	}
+	sqlite3_finalize(st);
+	return ok ? 0 : -1;
+}

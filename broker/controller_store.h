@@ -32,6 +32,8 @@ int	store_user_add(const char *name, const char *tenant, const char *roles,
 int	store_user_key(const char *name, char *key, char *why, size_t whylen);
 int	store_user_del(const char *name, char *why, size_t whylen);
 struct json_object *store_user_list(void);
+/* The user of that name: 0, or -1 if there is none. */
+int	store_user_get(const char *name, struct store_user *);
 /* The user this API key belongs to: 0, or -1 for no such key. */
 int	store_authenticate(const char *key, struct store_user *);
 

@@ -46,6 +46,8 @@ usage(void)
 	    "  user key NAME    a new API key for NAME; the old one stops "
 	    "working\n"
 	    "  user del NAME | user list\n"
+	    "  policy explain -u USER -t SERVER.TOOL\n"
+	    "            which rule decides whether USER may call the tool\n"
 	    "  audit show [-n N] [-u USER] [-k KIND]\n"
 	    "            the last N (50) rows of the audit trail, oldest "
 	    "first\n"
@@ -301,6 +303,47 @@ admin_print(const char *path, struct json_object *req)
 	return ok ? 0 : 1;
 }
 
+/* policy explain -u USER -t SERVER.TOOL: which rule decides, and why. */
+static int
+cmd_policy(const char *path, int argc, char *argv[])
+{
+	struct json_object	*req, *r;
+	const char		*user = NULL, *tool = NULL;
+	int			 ch, ok = 0;
+
+	if (argc < 1 || strcmp(argv[0], "explain") != 0)
+		usage();
+	optind = 1;
+	while ((ch = getopt(argc, argv, "u:t:")) != -1) {
+		switch (ch) {
+		case 'u':
+			user = optarg;
+			break;
+		case 't':
+			tool = optarg;
+			break;
+		default:
+			usage();
+		}
+	}
+	if (user == NULL || tool == NULL || optind != argc)
+		usage();
+	req = json_object_new_object();
+	json_object_object_add(req, "op", json_object_new_string(
+	    "policy_explain"));
+	json_object_object_add(req, "user", json_object_new_string(user));
+	json_object_object_add(req, "tool", json_object_new_string(tool));
+	r = ctl_request_payload(path, MSG_CTL_ADMIN, req);
+	json_object_put(req);
+	(void)json_get_bool(r, "ok", 0, &ok);
+	if (ok)
+		fputs(jstr(r, "text"), stdout);
+	else
+		fprintf(stderr, "mcpbrokerctl: %s\n", jstr(r, "error"));
+	json_object_put(r);
+	return ok ? 0 : 1;
+}
+
 /*
  * user add NAME [-r ROLE]... [-t TENANT] | user key NAME | user del NAME |
  * user list
@@ -539,6 +582,8 @@ main(int argc, char *argv[])
 		return cmd_server(path, argc - 1, argv + 1);
 	if (strcmp(argv[0], "user") == 0)
 		return cmd_user(path, argc - 1, argv + 1);
+	if (strcmp(argv[0], "policy") == 0)
+		return cmd_policy(path, argc - 1, argv + 1);
 	if (strcmp(argv[0], "audit") == 0)
 		return cmd_audit(path, argc - 1, argv + 1);
 	if (strcmp(argv[0], "mcp") == 0)

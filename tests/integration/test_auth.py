@@ -12,9 +12,12 @@ class ApiKeyTest(unittest.TestCase):
     def setUp(self):
         self.b = Broker('auth { api-keys }\n'
                         'provider "llm" { type ollama base-url '
-                        '"http://127.0.0.1:1" model "m" }')
+                        '"http://127.0.0.1:1" model "m" }\n'
+                        'server "files" { command "true" }\n'
+                        'deny tool "files.write_*"\n'
+                        'allow role "analyst" tool "files.*"\n')
         self.addCleanup(self.b.stop)
-        self.b.start()
+        self.b.start(wait_ready=False)
 
     def add(self, name, *opts):
         r = self.b.ctl("user", "add", *opts, name)
@@ -69,6 +72,18 @@ class ApiKeyTest(unittest.TestCase):
         self.assertEqual(r.returncode, 1)
         # A bad admin request is answered, not fatal to the daemon.
         self.assertEqual(self.b.get("/healthz")[0], 200)
+
+    def test_policy_explain(self):
+        self.add("ana", "-r", "analyst")
+        out = self.b.ctl("policy", "explain", "-u", "ana", "-t",
+                         "files.read_file").stdout
+        self.assertIn("decision: allow", out)
+        out = self.b.ctl("policy", "explain", "-u", "ana", "-t",
+                         "files.write_file").stdout
+        self.assertIn("decision: deny", out)
+        r = self.b.ctl("policy", "explain", "-u", "ghost", "-t", "files.x",
+                       check=False)
+        self.assertEqual(r.returncode, 1)
 
     def test_audit_api_for_admins_only(self):
         root = self.add("root", "-r", "admin")
