@@ -278,8 +278,78 @@ static const struct api_route api_routes[] = {
  * the request carries, and nobody without one; without an auth block the
  * broker is a single-user development install: everyone is "dev".
  */
+/*
+ * Refused keys, counted per client address: a bucket of FAIL_BURST that
+ * refills one every FAIL_REFILL_MS.  An empty bucket turns 401 into 429
+ * (and stops one audit row per attempt); a valid key still works, since
+ * checking one costs a hash, and the address may be shared (NAT, proxy).
+ */
+#define FAIL_BURST	10
+#define FAIL_REFILL_MS	6000
+#define FAIL_ADDRS	1024
+
+static struct fail_bucket {
+	char		fb_addr[64];
+	double		fb_tokens;
+	uint64_t	fb_last_ms;
+} fails[FAIL_ADDRS];
+
+static struct fail_bucket *
+fail_bucket(const char *addr)
+{
+	struct fail_bucket	*fb, *oldest = &fails[0];
+	uint64_t		 now = monotonic_ms();
+	size_t			 i;
+
+	for (i = 0; i < FAIL_ADDRS; i++) {
+		fb = &fails[i];
+		if (strcmp(fb->fb_addr, addr) == 0)
+			break;
+		if (fb->fb_last_ms < oldest->fb_last_ms)
+			oldest = fb;
+	}
+	if (i == FAIL_ADDRS) {
+		fb = oldest;
+		snprintf(fb->fb_addr, sizeof(fb->fb_addr), "%s", addr);
+		fb->fb_tokens = FAIL_BURST;
+		fb->fb_last_ms = now;
+	}
+	fb->fb_tokens += (double)(now - fb->fb_last_ms) / FAIL_REFILL_MS;
+	if (fb->fb_tokens > FAIL_BURST)
+		fb->fb_tokens = FAIL_BURST;
+	fb->fb_last_ms = now;
+	return fb;
+}
+
+static void
+auth_refused(uint64_t id, const char *peer)
+{
+	struct fail_bucket	*fb = fail_bucket(peer != NULL ? peer : "?");
+	struct json_object	*d;
+
+	if (fb->fb_tokens < 1) {
+		api_error(id, 429, "too_many_failures", "too many refused API "
+		    "keys from this address; wait a minute");
+		return;
+	}
+	fb->fb_tokens -= 1;
+	log_info("api: a request with an unknown API key from %s",
+	    peer != NULL ? peer : "?");
+	d = json_object_new_object();
+	json_object_object_add(d, "result", json_object_new_string("failure"));
+	json_object_object_add(d, "reason", json_object_new_string(
+	    "unknown API key"));
+	if (peer != NULL)
+		json_object_object_add(d, "address", json_object_new_string(
+		    peer));
+	(void)audit_append(AUDIT_KIND_AUTH, NULL, NULL, d);
+	json_object_put(d);
+	api_error(id, 401, "unauthorized", "the API key is not valid");
+}
+
 static const struct store_user *
-authenticate(uint64_t id, const char *credential, struct store_user *su)
+authenticate(uint64_t id, const char *credential, const char *peer,
+    struct store_user *su)
 {
 	static const struct store_user dev = { DEV_USER, "default", "" };
 
@@ -298,17 +368,7 @@ authenticate(uint64_t id, const char *credential, struct store_user *su)
 		return NULL;
 	}
 	if (store_authenticate(credential, su) == -1) {
-		struct json_object *d = json_object_new_object();
-
-		log_info("api: a request with an unknown API key");
-		json_object_object_add(d, "result", json_object_new_string(
-		    "failure"));
-		json_object_object_add(d, "reason", json_object_new_string(
-		    "unknown API key"));
-		(void)audit_append(AUDIT_KIND_AUTH, NULL, NULL, d);
-		json_object_put(d);
-		api_error(id, 401, "unauthorized", "the API key is not "
-		    "valid");
+		auth_refused(id, peer);
 		return NULL;
 	}
 	return su;
@@ -338,7 +398,7 @@ api_request(uint64_t id, struct json_object *req)
 	struct json_object	*body = NULL;
 	const char		*method, *path, *rest;
 	const struct store_user	*user;
-	const char		*credential = NULL;
+	const char		*credential = NULL, *peer = NULL;
 	struct store_user	 su;
 	int			 path_known = 0;
 
@@ -350,7 +410,9 @@ api_request(uint64_t id, struct json_object *req)
 		api_error(id, 400, "bad_request", "malformed request");
 		return;
 	}
-	if ((user = authenticate(id, credential, &su)) == NULL)
+	if (json_get_str(req, "peer", 63, 1, &peer) == -1)
+		peer = NULL;
+	if ((user = authenticate(id, credential, peer, &su)) == NULL)
 		return;
 	if (json_get_str(req, "query", 2048, 1, &api_query) == -1)
 		api_query = NULL;

@@ -294,6 +294,8 @@ route_api(struct evhttp_request *req)
 	struct json_object	*payload, *body = NULL;
 	size_t			 len = evbuffer_get_length(in);
 	const char		*query, *auth;
+	char			*addr = NULL;
+	ev_uint16_t		 port = 0;
 
 	if (len > 0 && (body = json_parse_object((const char *)evbuffer_pullup(
 	    in, len), len)) == NULL) {
@@ -311,6 +313,11 @@ route_api(struct evhttp_request *req)
 		    json_object_new_string(query));
 	if (body != NULL)
 		json_object_object_add(payload, "body", body);
+	evhttp_connection_get_peer(evhttp_request_get_connection(req), &addr,
+	    &port);
+	if (addr != NULL)
+		json_object_object_add(payload, "peer",
+		    json_object_new_string(addr));
 	if ((auth = evhttp_find_header(evhttp_request_get_input_headers(req),
 	    "Authorization")) != NULL && strncasecmp(auth, "Bearer ", 7) == 0 &&
 	    strlen(auth + 7) < 256)

@@ -73,6 +73,24 @@ class ApiKeyTest(unittest.TestCase):
         # A bad admin request is answered, not fatal to the daemon.
         self.assertEqual(self.b.get("/healthz")[0], 200)
 
+    def test_many_bad_keys_are_rate_limited_and_a_good_key_still_works(self):
+        good = self.add("gail")
+        codes = []
+        for i in range(1000):
+            codes.append(self.status("/llmchat/status/gail",
+                                     "mcpb_bad%040d" % i)[0])
+            if i % 100 == 0:
+                self.assertEqual(self.status("/llmchat/status/gail",
+                                             good)[0], 200)
+        self.assertEqual(codes[:10], [401] * 10)
+        self.assertEqual(set(codes[20:]), {429})
+        self.assertEqual(self.status("/llmchat/status/gail", good)[0], 200)
+        # The trail got the first refusals, not a thousand rows.
+        rows = self.b.ctl("audit", "show", "-n", "2000", "-k",
+                          "auth").stdout.count("unknown API key")
+        self.assertGreaterEqual(rows, 10)
+        self.assertLess(rows, 30)
+
     def test_policy_explain(self):
         self.add("ana", "-r", "analyst")
         out = self.b.ctl("policy", "explain", "-u", "ana", "-t",
