@@ -1246,6 +1246,26 @@ session_identity(struct session *s, const struct store_user *u)
 		s->s_roles[s->s_nroles++] = r;
 }
 
+/* A user authenticated and started a session. */
+static void
+audit_session(struct session *s)
+{
+	struct json_object *d = json_object_new_object();
+
+	json_object_object_add(d, "result", json_object_new_string("success"));
+	json_object_object_add(d, "event", json_object_new_string("connect"));
+	json_object_object_add(d, "conversation",
+	    json_object_new_string(s->s_conversation));
+	json_object_object_add(d, "provider",
+	    json_object_new_string(s->s_provider));
+	json_object_object_add(d, "tools", json_object_new_int(
+	    (int)s->s_ntools));
+	if (audit_append(AUDIT_KIND_AUTH, s->s_user, s->s_tenant, d) == -1)
+		log_warnx("chat %s: the session start was not recorded",
+		    s->s_user);
+	json_object_put(d);
+}
+
 void
 chat_connect(uint64_t id, const struct store_user *u,
     struct json_object *body)
@@ -1301,6 +1321,7 @@ chat_connect(uint64_t id, const struct store_user *u,
 	snprintf(s->s_conversation, sizeof(s->s_conversation), "%08x%08x",
 	    arc4random(), arc4random());
 	tools_collect(s);
+	audit_session(s);
 	r = json_object_new_object();
 	json_object_object_add(r, "status", json_object_new_string(
 	    "connected"));

@@ -94,6 +94,8 @@ static int	controller_recv_tool_progress(struct peer *, struct msg *,
 		    struct json_object *);
 static int	controller_recv_admin(struct peer *, struct msg *,
 		    struct json_object *);
+static void	audit_system(const char *, const char *, const char *,
+		    const char *);
 static int	controller_recv_http_req(struct peer *, struct msg *,
 		    struct json_object *);
 static int	controller_recv_http_cancel(struct peer *, struct msg *,
@@ -278,6 +280,7 @@ controller_recv_worker_down(struct peer *p, struct msg *m,
 	snprintf(why, sizeof(why), "worker %s", status);
 	worker_set_state(wl, SS_DOWN, why);
 	worker_fail_calls(wl, why);
+	audit_system("worker_down", "server", name, status);
 	return 0;
 }
 
@@ -880,7 +883,6 @@ controller_configure(struct mcpbroker_conf *conf, int reload)
 	struct worker_link	*wl, *next;
 	struct server_conf	*srv;
 
-	(void)reload;
 	TAILQ_FOREACH_SAFE(wl, &ctl.workers, wl_entry, next)
 		if (config_find_server(conf, wl->wl_name) == NULL)
 			worker_link_free(wl);
@@ -907,7 +909,30 @@ controller_configure(struct mcpbroker_conf *conf, int reload)
 		if ((ctl.http = http_client_new(child_base(), &co)) == NULL)
 			fatalx("cannot set up the HTTP client for providers");
 	}
+	if (reload)
+		audit_system("config_reloaded", "servers", NULL, NULL);
 	return 0;
+}
+
+/* What happened to the broker itself, on the trail beside who did what. */
+static void
+audit_system(const char *event, const char *key, const char *value,
+    const char *status)
+{
+	struct json_object *d = json_object_new_object();
+
+	json_object_object_add(d, "event", json_object_new_string(event));
+	if (value != NULL)
+		json_object_object_add(d, key, json_object_new_string(value));
+	else
+		json_object_object_add(d, key, json_object_new_int(
+		    (int)config_server_count(ctl.conf)));
+	if (status != NULL)
+		json_object_object_add(d, "status", json_object_new_string(
+		    status));
+	if (audit_append(AUDIT_KIND_SYSTEM, NULL, NULL, d) == -1)
+		log_warnx("audit: %s not recorded", event);
+	json_object_put(d);
 }
 
 static void

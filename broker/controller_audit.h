@@ -18,7 +18,8 @@ struct json_object;
 #define AUDIT_KIND_ADMIN	"admin"		/* mcpbrokerctl changed something */
 #define AUDIT_KIND_CALL		"tool_call"	/* a decision, before the call */
 #define AUDIT_KIND_RESULT	"tool_result"	/* how a call we ran ended */
-#define AUDIT_KIND_AUTH		"auth"		/* a refused API key */
+#define AUDIT_KIND_AUTH		"auth"		/* a refused key; a session */
+#define AUDIT_KIND_SYSTEM	"system"	/* reloads, worker crashes */
 
 /*
  * One row as stored.  A text field with p == NULL is SQL NULL, which the

@@ -83,6 +83,9 @@ class DaemonTest(unittest.TestCase):
         after = b.processes()["worker files"]
         self.assertNotEqual(after["pid"], before["pid"])
         self.assertEqual(after["restarts"], 1)
+        trail = b.ctl("audit", "show", "-k", "system").stdout
+        self.assertIn("worker_down", trail)
+        self.assertIn("killed by signal 9", trail)
         self.assertEqual(after["state"], "running")
         self.assertFalse(pid_alive(before["pid"]))
 
@@ -148,6 +151,8 @@ class DaemonTest(unittest.TestCase):
         b.write_config(TWO_SERVERS.replace('"notes"', '"wiki"'))
         b.signal(signal.SIGHUP)
         b.wait_log(r"configuration reloaded")
+        wait_for(lambda: "config_reloaded" in b.ctl(
+            "audit", "show", "-k", "system").stdout, what="reload audited")
         wait_for(lambda: "worker wiki" in b.processes() and
                  "worker notes" not in b.processes(), what="new worker set")
         wait_for(lambda: b.get("/readyz")[0] == 200, what="ready")
