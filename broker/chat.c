@@ -26,6 +26,7 @@
 #include "broker/controller.h"
 #include "broker/controller_audit.h"
 #include "broker/controller_store.h"
+#include "broker/mcpbroker.h"
 #include "broker/providers/provider.h"
 #include "common/http_client.h"
 #include "common/log.h"
@@ -58,6 +59,8 @@ struct call {
 	uint64_t		 c_call;	/* controller call, or 0 */
 	uint64_t		 c_start_ms;
 	void			*c_ref;		/* our callback's argument */
+	struct json_object	*c_pending;	/* args awaiting approval */
+	struct event		*c_timer;	/* approval deadline */
 	int64_t			 c_audit;	/* the intent row, or 0 */
 	char			*c_output;	/* the result, for the model */
 	int			 c_error;
@@ -122,6 +125,8 @@ static void	round_start(struct turn *);
 static void	round_results(struct turn *);
 static void	audit_outcome(struct turn *, struct call *, const char *);
 static void	audit_forged(struct turn *, struct call *);
+static void	audit_approval(struct turn *, struct call *, const char *);
+static void	approval_clear(struct call *);
 
 /* ---- sessions ---- */
 
@@ -422,6 +427,8 @@ turn_free(struct turn *t)
 			free(t->t_calls[i].c_ref);
 			audit_outcome(t, &t->t_calls[i], "cancelled");
 		}
+		if (t->t_calls[i].c_pending != NULL)	/* still asking */
+			approval_clear(&t->t_calls[i]);
 		free(t->t_calls[i].c_name);
 		free(t->t_calls[i].c_args);
 		free(t->t_calls[i].c_output);
@@ -772,6 +779,21 @@ audit_forged(struct turn *t, struct call *c)
 	json_object_put(d);
 }
 
+/* The user's answer to an approval request, tied to the intent row. */
+static void
+audit_approval(struct turn *t, struct call *c, const char *answer)
+{
+	struct json_object *d = json_object_new_object();
+
+	json_object_object_add(d, "intent", json_object_new_int64(c->c_audit));
+	json_object_object_add(d, "answer", json_object_new_string(answer));
+	if (audit_append(AUDIT_KIND_APPROVAL, t->t_s->s_user,
+	    t->t_s->s_tenant, d) == -1)
+		log_warnx("chat %s: an approval was not recorded",
+		    t->t_s->s_user);
+	json_object_put(d);
+}
+
 /* How a call that ran ended, tied to its intent row. */
 static void
 audit_outcome(struct turn *t, struct call *c, const char *outcome)
@@ -795,12 +817,18 @@ audit_outcome(struct turn *t, struct call *c, const char *outcome)
 	c->c_audit = 0;
 }
 
+enum verdict {
+	V_RUN,
+	V_ASK,		/* a confirm rule: the user approves first */
+	V_REFUSE,
+};
+
 /*
- * The decision for this very call (arguments, rate limits).  A call that
- * needs an administrator's approval is refused: approving is not possible
- * yet, and an unapproved call must not run.
+ * The decision for this very call (arguments, rate limits).  A confirm
+ * rule holds the call for the user's approval on a stream; a JSON answer
+ * has no way to ask, so there the call is refused.
  */
-static int
+static enum verdict
 policy_permits(struct turn *t, struct call *c, struct json_object *args,
     char *why, size_t whylen)
 {
@@ -819,19 +847,81 @@ policy_permits(struct turn *t, struct call *c, struct json_object *args,
 		snprintf(why, whylen, "%.160s was not run: the audit trail "
 		    "cannot be written", id);
 		log_warnx("chat %s: %s", t->t_s->s_user, why);
-		return 0;
+		return V_REFUSE;
 	}
 	if (pd.pd_action == POLICY_ALLOW)
-		return 1;
+		return V_RUN;
+	if (pd.pd_action == POLICY_CONFIRM && t->t_stream)
+		return V_ASK;
 	if (pd.pd_action == POLICY_CONFIRM)
-		snprintf(why, whylen, "%.160s needs an administrator's "
-		    "approval (%.200s), which this broker cannot ask for yet",
-		    id, pd.pd_reason);
+		snprintf(why, whylen, "%.160s needs the user's approval "
+		    "(%.200s), which only a streaming chat can ask for", id,
+		    pd.pd_reason);
 	else
 		snprintf(why, whylen, "%.160s was refused by policy: %.200s",
 		    id, pd.pd_reason);
 	log_info("chat %s: %s", t->t_s->s_user, why);
-	return 0;
+	return V_REFUSE;
+}
+
+static void	call_run(struct turn *, size_t, struct json_object *);
+
+/* The call no longer waits for an answer. */
+static void
+approval_clear(struct call *c)
+{
+	event_free(c->c_timer);
+	c->c_timer = NULL;
+	json_object_put(c->c_pending);
+	c->c_pending = NULL;
+	free(c->c_ref);
+	c->c_ref = NULL;
+}
+
+static void
+approval_expired(int fd, short ev, void *arg)
+{
+	struct call_ref	*cr = arg;
+	struct turn	*t = cr->cr_turn;
+	struct call	*c = &t->t_calls[cr->cr_index];
+
+	(void)fd;
+	(void)ev;
+	approval_clear(c);
+	audit_approval(t, c, "expired");
+	call_finish(t, c, "no approval came in time (limits "
+	    "approval-timeout)", 1);
+}
+
+/* Hold the call and ask: the answer comes to POST /llmchat/approve. */
+static void
+approval_ask(struct turn *t, size_t i, struct json_object *args)
+{
+	struct call		*c = &t->t_calls[i];
+	struct json_object	*o = json_object_new_object();
+	struct call_ref		*cr;
+	uint64_t		 ms = controller_conf()->c_limits.
+				    lm_approval_timeout_ms;
+	struct timeval		 tv = { ms / 1000, (ms % 1000) * 1000 };
+
+	if ((cr = malloc(sizeof(*cr))) == NULL)
+		fatal("malloc");
+	cr->cr_turn = t;
+	cr->cr_index = i;
+	c->c_ref = cr;
+	c->c_pending = json_object_get(args);
+	if ((c->c_timer = evtimer_new(child_base(), approval_expired, cr)) ==
+	    NULL)
+		fatalx("evtimer_new");
+	evtimer_add(c->c_timer, &tv);
+	json_object_object_add(o, "id", json_object_new_string(c->c_id));
+	json_object_object_add(o, "tool", json_object_new_string(
+	    c->c_map->tm_tool));
+	json_object_object_add(o, "server", json_object_new_string(
+	    c->c_map->tm_server));
+	json_object_object_add(o, "input", json_object_get(args));
+	json_object_object_add(o, "timeout_ms", json_object_new_int64(ms));
+	turn_event(t, "approval_required", o);
 }
 
 static void
@@ -839,8 +929,6 @@ call_start(struct turn *t, size_t i)
 {
 	struct call		*c = &t->t_calls[i];
 	struct json_object	*args, *o;
-	struct worker_link	*wl;
-	struct call_ref		*cr;
 	char			 why[512];
 
 	c->c_start_ms = monotonic_ms();
@@ -863,23 +951,43 @@ call_start(struct turn *t, size_t i)
 	} else if (args == NULL) {
 		call_finish(t, c, "the arguments are not a valid JSON object; "
 		    "call the tool again with a JSON object", 1);
-	} else if (!policy_permits(t, c, args, why, sizeof(why))) {
-		c->c_audit = 0;		/* the intent row says it all */
-		call_finish(t, c, why, 1);
-	} else if ((wl = controller_worker(c->c_map->tm_server)) == NULL) {
-		call_finish(t, c, "the tool's server is gone", 1);
 	} else {
-		if ((cr = malloc(sizeof(*cr))) == NULL)
-			fatal("malloc");
-		cr->cr_turn = t;
-		cr->cr_index = i;
-		c->c_ref = cr;
-		c->c_call = controller_call_tool(wl, c->c_map->tm_tool, args,
-		    t->t_s->s_user, t->t_s->s_conversation,
-		    controller_conf()->c_limits.lm_tool_timeout_ms, call_done,
-		    cr);
+		switch (policy_permits(t, c, args, why, sizeof(why))) {
+		case V_REFUSE:
+			c->c_audit = 0;		/* the intent row says it all */
+			call_finish(t, c, why, 1);
+			break;
+		case V_ASK:
+			approval_ask(t, i, args);
+			break;
+		case V_RUN:
+			call_run(t, i, args);
+			break;
+		}
 	}
 	json_object_put(args);
+}
+
+/* Through the server's worker, with the session's identity. */
+static void
+call_run(struct turn *t, size_t i, struct json_object *args)
+{
+	struct call		*c = &t->t_calls[i];
+	struct worker_link	*wl;
+	struct call_ref		*cr;
+
+	if ((wl = controller_worker(c->c_map->tm_server)) == NULL) {
+		call_finish(t, c, "the tool's server is gone", 1);
+		return;
+	}
+	if ((cr = malloc(sizeof(*cr))) == NULL)
+		fatal("malloc");
+	cr->cr_turn = t;
+	cr->cr_index = i;
+	c->c_ref = cr;
+	c->c_call = controller_call_tool(wl, c->c_map->tm_tool, args,
+	    t->t_s->s_user, t->t_s->s_conversation,
+	    controller_conf()->c_limits.lm_tool_timeout_ms, call_done, cr);
 }
 
 /* The assistant's message of this round, then one result per call. */
@@ -1418,6 +1526,59 @@ chat_request_gone(uint64_t id)
 			turn_free(s->s_turn);
 			return;
 		}
+}
+
+/*
+ * POST /llmchat/approve {id, approve, input?}: the user's answer to an
+ * approval_required event of their own running turn.  With `input`, the
+ * answer holds only for exactly those arguments: anything else refuses.
+ */
+void
+chat_approve(uint64_t id, const char *user, struct json_object *body)
+{
+	struct session		*s = session_find(user);
+	struct json_object	*input = NULL, *r, *args;
+	struct turn		*t;
+	struct call		*c = NULL;
+	const char		*call_id;
+	size_t			 i;
+	int			 approve;
+
+	if (body == NULL || body_str(id, body, "id", 63, 0, &call_id) == -1)
+		return;
+	if (json_get_bool(body, "approve", 0, &approve) == -1) {
+		api_error(id, 422, "invalid_field", "\"approve\": expected true "
+		    "or false");
+		return;
+	}
+	t = s != NULL ? s->s_turn : NULL;
+	for (i = 0; t != NULL && i < t->t_ncalls; i++)
+		if (t->t_calls[i].c_pending != NULL &&
+		    strcmp(t->t_calls[i].c_id, call_id) == 0)
+			c = &t->t_calls[i];
+	if (c == NULL) {
+		api_error(id, 404, "not_found", "no call %s is waiting for "
+		    "your approval", call_id);
+		return;
+	}
+	(void)json_object_object_get_ex(body, "input", &input);
+	if (input != NULL && !json_object_equal(input, c->c_pending)) {
+		api_error(id, 409, "arguments_changed", "these are not the "
+		    "arguments that asked for approval; nothing was run");
+		return;
+	}
+	args = json_object_get(c->c_pending);
+	approval_clear(c);
+	audit_approval(t, c, approve ? "approved" : "declined");
+	r = json_object_new_object();
+	json_object_object_add(r, "id", json_object_new_string(call_id));
+	json_object_object_add(r, "approved", json_object_new_boolean(approve));
+	api_reply(id, 200, r);
+	if (approve)
+		call_run(t, (size_t)(c - t->t_calls), args);
+	else
+		call_finish(t, c, "the user declined this call", 1);
+	json_object_put(args);
 }
 
 void

@@ -18,6 +18,7 @@ void	chat_connect(uint64_t id, const struct store_user *,
 	    struct json_object *body);
 void	chat_send(uint64_t id, const char *user, struct json_object *body);
 void	chat_stop(uint64_t id, const char *user);
+void	chat_approve(uint64_t id, const char *user, struct json_object *body);
 void	chat_disconnect(uint64_t id, const char *user);
 void	chat_status(uint64_t id, const char *user);
 void	chat_config(uint64_t id, const char *user);

@@ -256,6 +256,8 @@ print_globals(FILE *fp, const struct mcpbroker_conf *conf)
 	    fmt_duration(lm->lm_header_timeout_ms, b, sizeof(b)));
 	fprintf(fp, "\tllm-timeout %s\n",
 	    fmt_duration(lm->lm_llm_timeout_ms, b, sizeof(b)));
+	fprintf(fp, "\tapproval-timeout %s\n",
+	    fmt_duration(lm->lm_approval_timeout_ms, b, sizeof(b)));
 	fprintf(fp, "\tmax-result-bytes %s\n",
 	    fmt_size(lm->lm_max_result_bytes, b, sizeof(b)));
 	fputs("}\n", fp);

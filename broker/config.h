@@ -157,6 +157,8 @@ struct limits_conf {
 	unsigned int		 lm_history_messages;	/* default 50 */
 	uint64_t		 lm_max_body;		/* default 1M */
 	uint64_t		 lm_header_timeout_ms;	/* default 10 s */
+	uint64_t		 lm_approval_timeout_ms; /* a confirm call waits;
+							 * default 5 min */
 	uint64_t		 lm_llm_timeout_ms;	/* no byte from the LLM;
 							 * default 2 min */
 	uint64_t		 lm_max_result_bytes;	/* a tool result the LLM

@@ -58,6 +58,14 @@ r_stop(uint64_t id, const struct store_user *u, const char *rest,
 }
 
 static void
+r_approve(uint64_t id, const struct store_user *u, const char *rest,
+    struct json_object *body)
+{
+	(void)rest;
+	chat_approve(id, u->su_name, body);
+}
+
+static void
 r_disconnect(uint64_t id, const struct store_user *u, const char *rest,
     struct json_object *body)
 {
@@ -264,6 +272,7 @@ static const struct api_route api_routes[] = {
 	{ "POST", "/llmchat/connect", r_connect },
 	{ "POST", "/llmchat/chat", r_chat },
 	{ "POST", "/llmchat/stop", r_stop },
+	{ "POST", "/llmchat/approve", r_approve },
 	{ "POST", "/llmchat/disconnect", r_disconnect },
 	{ "GET", "/llmchat/status/", r_status },
 	{ "GET", "/llmchat/config/", r_config },

@@ -20,6 +20,7 @@ struct json_object;
 #define AUDIT_KIND_RESULT	"tool_result"	/* how a call we ran ended */
 #define AUDIT_KIND_AUTH		"auth"		/* a refused key; a session */
 #define AUDIT_KIND_SYSTEM	"system"	/* reloads, worker crashes */
+#define AUDIT_KIND_APPROVAL	"approval"	/* a user's answer to confirm */
 
 /*
  * One row as stored.  A text field with p == NULL is SQL NULL, which the

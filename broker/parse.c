@@ -1740,8 +1740,17 @@ lm_result_bytes(struct parser *p, struct blk *b)
 	return 0;
 }
 
+static int
+lm_approval_timeout(struct parser *p, struct blk *b)
+{
+	(void)b;
+	return blk_duration(p, "approval-timeout",
+	    &LIM(p)->lm_approval_timeout_ms);
+}
+
 static const struct kw limits_kw[] = {
 	{ "tool-rounds", lm_tool_rounds, 0 },
+	{ "approval-timeout", lm_approval_timeout, 0 },
 	{ "llm-timeout", lm_llm_timeout, 0 },
 	{ "max-result-bytes", lm_result_bytes, 0 },
 	{ "tool-timeout", lm_tool_timeout, 0 },
@@ -2689,6 +2698,7 @@ conf_new(void)
 	conf->c_limits.lm_max_body = 1024 * 1024;
 	conf->c_limits.lm_header_timeout_ms = 10 * 1000;
 	conf->c_limits.lm_llm_timeout_ms = 120 * 1000;
+	conf->c_limits.lm_approval_timeout_ms = 5 * 60 * 1000;
 	conf->c_limits.lm_max_result_bytes = 64 * 1024;
 	return conf;
 }

@@ -39,7 +39,7 @@ class ChatBase(unittest.TestCase):
                        'provider "down" { type ollama base-url '
                        '"http://127.0.0.1:%d" model "m" }\n'
                        'server "files" { command "%s" "%s" "%s" }\n'
-                       'allow tool "*"\n%s'
+                       '%s\nallow tool "*"\n'
                        % (PROVIDERS[cls.provider] % cls.llm.port,
                           SYSTEM_PROMPT, free_port(), node(), FILESYSTEM,
                           cls.dir,
@@ -415,6 +415,86 @@ class ChatPolicyTest(unittest.TestCase):
                 headers={"Authorization": "Bearer " + key})
             self.assertEqual(status, 200)
             self.assertEqual(len(json.loads(data)["rows"]), count, tenant)
+
+
+class ChatApprovalTest(ChatBase):
+    """confirm rules: the user approves each call, for exactly its input."""
+    limits = ('confirm tool "files.read_file"\n'
+              'limits { approval-timeout 1s }')
+
+    def stream(self, answer):
+        """A streaming chat; answer(event_data) is called on approval."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.b.port,
+                                          timeout=30)
+        conn.request("POST", "/llmchat/chat",
+                     json.dumps({"message": "read it"}),
+                     {"Content-Type": "application/json"})
+        r = conn.getresponse()
+        events, event = [], None
+        while True:
+            line = r.readline().decode()
+            if not line:
+                break
+            line = line.rstrip("\r\n")
+            if line.startswith("event:"):
+                event = line[6:].strip()
+            elif line.startswith("data:"):
+                data = json.loads(line[5:])
+                events.append((event, data))
+                if event == "approval_required" and answer is not None:
+                    answer(data)
+        conn.close()
+        return events
+
+    def approve(self, data, **kw):
+        return self.post("/llmchat/approve", dict({"id": data["id"]}, **kw))
+
+    def test_approved_call_runs(self):
+        self.llm.script(self.read_file_step(), {"echo_tool_result": True})
+        answers = []
+        events = self.stream(lambda d: answers.append(
+            self.approve(d, approve=True, input=d["input"])))
+        self.assertEqual(answers[0][0], 200)
+        names = [e for e, _ in events]
+        self.assertLess(names.index("approval_required"),
+                        names.index("tool_end"))
+        self.assertIn("4-8-15-16-23-42", events[-1][1]["content"])
+        self.assertIn("approved", self.b.ctl("audit", "show", "-k",
+                                             "approval").stdout)
+
+    def test_declined_call_does_not_run(self):
+        self.llm.script(self.read_file_step(), {"text": "ok, I won't"})
+        events = self.stream(lambda d: self.approve(d, approve=False))
+        errors = [d["error"] for e, d in events if e == "tool_error"]
+        self.assertIn("declined", errors[0])
+        self.assertNotIn("tool_end", [e for e, _ in events])
+
+    def test_tampered_arguments_are_refused(self):
+        self.llm.script(self.read_file_step(), {"echo_tool_result": True})
+        answers = []
+
+        def answer(d):
+            answers.append(self.approve(d, approve=True,
+                                        input={"path": "/etc/shadow"}))
+            answers.append(self.approve(d, approve=True, input=d["input"]))
+        events = self.stream(answer)
+        self.assertEqual(answers[0][0], 409)
+        self.assertEqual(answers[1][0], 200)
+        self.assertIn("4-8-15-16-23-42", events[-1][1]["content"])
+
+    def test_unanswered_approval_expires(self):
+        self.llm.script(self.read_file_step(), {"text": "gave up"})
+        events = self.stream(None)
+        errors = [d["error"] for e, d in events if e == "tool_error"]
+        self.assertIn("no approval came in time", errors[0])
+        self.assertEqual(events[-1][0], "final")
+
+    def test_json_answers_cannot_ask(self):
+        self.llm.script(self.read_file_step(), {"text": "no"})
+        status, doc = self.chat("read it", streaming=False)
+        self.assertEqual(status, 200)
+        self.assertIn("only a streaming chat",
+                      doc["tool_invocations"][0]["output"])
 
 
 class ChatUsersTest(unittest.TestCase):
