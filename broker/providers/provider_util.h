@@ -106,24 +106,6 @@ struct json_object *provider_function_tools(const struct chat_request *);
 struct json_object *provider_json_double(double d);
 
 /*
- * A deep copy of the JSON Schema `schema` without the keywords listed in
- * drop (a NULL-terminated array, e.g. { "$schema", "additionalProperties",
- * NULL }), removed at every level.  The walk knows which keywords hold
- * subschemas (properties, patternProperties, $defs, definitions,
- * dependentSchemas: maps of name to schema; items, additionalProperties,
- * not, if, then, else, contains, propertyNames, additionalItems,
- * unevaluatedItems, unevaluatedProperties: a schema, or for items and
- * additionalItems an array of them; allOf, anyOf, oneOf, prefixItems:
- * arrays of schemas), so a property that happens to be *named* like a
- * dropped keyword ("format", "default") is kept, and values of enum,
- * const, default, examples are copied untouched.  schema itself is not
- * modified.  NULL when schema is NULL, nesting exceeds 2 * JSON_MAX_DEPTH,
- * or memory runs out; json_object_put() the result.
- */
-struct json_object *provider_schema_clean(struct json_object *schema,
-		    const char *const *drop);
-
-/*
  * Response side.
  */
 

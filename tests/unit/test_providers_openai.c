@@ -1009,63 +1009,6 @@ test_util(void **state)
 }
 
 static void
-test_schema_clean(void **state)
-{
-	static const char *const drop[] = { "$schema",
-	    "additionalProperties", "format", "default", NULL };
-	struct json_object	*in, *out, *want;
-
-	(void)state;
-	in = json_tokener_parse("{"
-	    "\"$schema\":\"https://json-schema.org/draft/2020-12/schema\","
-	    "\"type\":\"object\",\"additionalProperties\":false,"
-	    "\"properties\":{"
-	    "  \"format\":{\"type\":\"string\",\"format\":\"date\"},"
-	    "  \"default\":{\"type\":\"integer\",\"default\":3},"
-	    "  \"list\":{\"type\":\"array\",\"items\":{\"type\":\"object\","
-	    "    \"additionalProperties\":{\"type\":\"string\","
-	    "    \"format\":\"uri\"}}},"
-	    "  \"tuple\":{\"items\":[{\"format\":\"x\"},true]},"
-	    "  \"pick\":{\"anyOf\":[{\"format\":\"email\"},"
-	    "    {\"type\":\"null\"}],"
-	    "    \"enum\":[{\"format\":\"kept\"},null]},"
-	    "  \"ref\":{\"$ref\":\"#/$defs/d\"}},"
-	    "\"$defs\":{\"d\":{\"type\":\"string\",\"format\":\"uuid\","
-	    "  \"default\":\"x\"}},"
-	    "\"required\":[\"format\"]}");
-	want = json_tokener_parse("{"
-	    "\"type\":\"object\","
-	    "\"properties\":{"
-	    "  \"format\":{\"type\":\"string\"},"
-	    "  \"default\":{\"type\":\"integer\"},"
-	    "  \"list\":{\"type\":\"array\",\"items\":{\"type\":\"object\"}},"
-	    "  \"tuple\":{\"items\":[{},true]},"
-	    "  \"pick\":{\"anyOf\":[{},{\"type\":\"null\"}],"
-	    "    \"enum\":[{\"format\":\"kept\"},null]},"
-	    "  \"ref\":{\"$ref\":\"#/$defs/d\"}},"
-	    "\"$defs\":{\"d\":{\"type\":\"string\"}},"
-	    "\"required\":[\"format\"]}");
-	assert_non_null(in);
-	assert_non_null(want);
-	out = provider_schema_clean(in, drop);
-	assert_non_null(out);
-	if (!json_object_equal(out, want))
-		fail_msg("got %s", json_object_to_json_string(out));
-	/* The input is untouched. */
-	assert_non_null(jget(in, "properties.format.format"));
-	assert_non_null(jget(in, "$schema"));
-	json_object_put(out);
-	/* Nothing to drop: an equal copy. */
-	out = provider_schema_clean(in, NULL);
-	assert_true(json_object_equal(out, in));
-	assert_true(out != in);
-	json_object_put(out);
-	assert_null(provider_schema_clean(NULL, drop));
-	json_object_put(in);
-	json_object_put(want);
-}
-
-static void
 test_provider_ops(void **state)
 {
 	(void)state;
@@ -1100,7 +1043,6 @@ main(void)
 		cmocka_unit_test(test_stream_ollama_errors),
 		cmocka_unit_test(test_error_messages),
 		cmocka_unit_test(test_util),
-		cmocka_unit_test(test_schema_clean),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
