@@ -24,6 +24,7 @@
 
 #include <event2/event.h>
 #include <json-c/json.h>
+#include <seccomp.h>
 
 #include "broker/parent.h"
 #include "common/log.h"
@@ -133,6 +134,7 @@ child_new(enum proc_kind kind, const char *name)
 
 	if ((cp = calloc(1, sizeof(*cp))) == NULL)
 		fatal("calloc");
+	cp->cp_note = -1;
 	cp->cp_kind = kind;
 	snprintf(cp->cp_name, sizeof(cp->cp_name), "%s", name);
 	if (kind == PROC_WORKER)
@@ -152,6 +154,8 @@ child_free(struct child_proc *cp)
 {
 	TAILQ_REMOVE(&parent.children, cp, cp_entry);
 	peer_detach(&cp->cp_peer);
+	if (cp->cp_note != -1)
+		close(cp->cp_note);
 	if (cp->cp_timer != NULL)
 		event_free(cp->cp_timer);
 	free(cp);
@@ -360,13 +364,19 @@ parent_child_lost(struct peer *p, const char *why)
 static void
 parent_spawn(struct child_proc *cp)
 {
-	int sv[2];
+	int sv[2], note[2];
 
 	make_pair(sv);
+	if (pipe2(note, O_CLOEXEC | O_NONBLOCK) == -1)
+		fatal("pipe2");
+	if (cp->cp_note != -1)
+		close(cp->cp_note);
+	cp->cp_note = note[0];
 	cp->cp_pid = proc_spawn(parent.opts->o_self, cp->cp_kind,
-	    cp->cp_kind == PROC_WORKER ? cp->cp_name : NULL, sv[1],
+	    cp->cp_kind == PROC_WORKER ? cp->cp_name : NULL, sv[1], note[1],
 	    parent.opts->o_foreground, parent.opts->o_verbose);
 	close(sv[1]);
+	close(note[1]);
 	if (cp->cp_pid == -1) {
 		close(sv[0]);
 		if (cp->cp_kind != PROC_WORKER)
@@ -526,10 +536,34 @@ worker_exited(struct child_proc *cp)
 	worker_backoff(cp);
 }
 
+/*
+ * SIGSYS from the seccomp trap: the child's last words name the call.  A
+ * compromised child could lie about the number, never about the signal.
+ */
+static void
+describe_exit(struct child_proc *cp, int status)
+{
+	char	*name;
+	int	 nr;
+
+	if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGSYS ||
+	    cp->cp_note == -1 || read(cp->cp_note, &nr, sizeof(nr)) !=
+	    (ssize_t)sizeof(nr)) {
+		describe_status(status, cp->cp_last_exit,
+		    sizeof(cp->cp_last_exit));
+		return;
+	}
+	name = seccomp_syscall_resolve_num_arch(SCMP_ARCH_NATIVE, nr);
+	snprintf(cp->cp_last_exit, sizeof(cp->cp_last_exit), "killed by "
+	    "seccomp: forbidden system call %d (%s)", nr,
+	    name != NULL ? name : "unknown");
+	free(name);
+}
+
 static void
 child_exited(struct child_proc *cp, int status)
 {
-	describe_status(status, cp->cp_last_exit, sizeof(cp->cp_last_exit));
+	describe_exit(cp, status);
 	peer_detach(&cp->cp_peer);
 	if (parent.shutting_down) {
 		log_debug("%s (pid %d) %s", cp->cp_peer.p_name,

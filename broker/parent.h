@@ -28,7 +28,8 @@ struct child_proc {
 	struct event		*cp_timer;		/* restart */
 	int			 cp_retired;		/* removed by reload */
 	int			 cp_respawn_now;	/* changed by reload */
-	char			 cp_last_exit[64];
+	int			 cp_note;	/* PROC_NOTE_FD's other end */
+	char			 cp_last_exit[96];
 };
 TAILQ_HEAD(child_list, child_proc);
 

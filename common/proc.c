@@ -199,7 +199,7 @@ proc_closefrom(int lowfd)
 /* In the new child: a clean descriptor table, then exec ourselves. */
 static void __attribute__((noreturn))
 proc_exec_child(const char *self, enum proc_kind kind, const char *name,
-    int chan, int foreground, int verbose)
+    int chan, int note, int foreground, int verbose)
 {
 	char		*argv[12];
 	char		 vflags[8] = "-";
@@ -211,12 +211,12 @@ proc_exec_child(const char *self, enum proc_kind kind, const char *name,
 		_exit(127);
 	sigemptyset(&all);
 	sigprocmask(SIG_SETMASK, &all, NULL);
-	if (chan != PROC_CHAN_FD) {
-		if (dup2(chan, PROC_CHAN_FD) == -1)
-			_exit(127);
-	} else if (fcntl(chan, F_SETFD, 0) == -1)
+	/* Both moved up first: neither may land on the other's number. */
+	if ((chan = fcntl(chan, F_DUPFD, 64)) == -1 ||
+	    (note = fcntl(note, F_DUPFD, 64)) == -1 ||
+	    dup2(chan, PROC_CHAN_FD) == -1 || dup2(note, PROC_NOTE_FD) == -1)
 		_exit(127);
-	proc_closefrom(PROC_CHAN_FD + 1);
+	proc_closefrom(PROC_NOTE_FD + 1);
 	if ((devnull = open("/dev/null", O_RDWR)) != -1) {
 		dup2(devnull, STDIN_FILENO);
 		if (!foreground) {
@@ -246,7 +246,7 @@ proc_exec_child(const char *self, enum proc_kind kind, const char *name,
 
 pid_t
 proc_spawn(const char *self, enum proc_kind kind, const char *name, int chan,
-    int foreground, int verbose)
+    int note, int foreground, int verbose)
 {
 	pid_t pid;
 
@@ -255,7 +255,8 @@ proc_spawn(const char *self, enum proc_kind kind, const char *name, int chan,
 		log_warn("fork %s", proc_kind_str(kind));
 		return -1;
 	case 0:
-		proc_exec_child(self, kind, name, chan, foreground, verbose);
+		proc_exec_child(self, kind, name, chan, note, foreground,
+		    verbose);
 	default:
 		return pid;
 	}

@@ -14,6 +14,12 @@
 #include "common/proto.h"
 
 #define PROC_CHAN_FD	3	/* a child's channel to the parent */
+/*
+ * A child's last words: the write end of a pipe to the parent, where the
+ * seccomp trap handler puts the number of the system call it refused
+ * before the child dies of SIGSYS, so that the parent can name it.
+ */
+#define PROC_NOTE_FD	4
 
 enum proc_kind {
 	PROC_PARENT,
@@ -68,10 +74,11 @@ int	 proc_kind_parse(const char *, enum proc_kind *);
 
 /*
  * Fork and re-exec `self` as a child of the given kind with `chan` as its
- * channel (fd PROC_CHAN_FD in the child); every other descriptor is closed.
+ * channel (fd PROC_CHAN_FD in the child) and `note` as fd PROC_NOTE_FD;
+ * every other descriptor is closed.
  */
 pid_t	 proc_spawn(const char *self, enum proc_kind, const char *name,
-	    int chan, int foreground, int verbose);
+	    int chan, int note, int foreground, int verbose);
 /* Close every descriptor from `lowfd` up. */
 void	 proc_closefrom(int lowfd);
 

@@ -18,6 +18,11 @@
 #include "common/log.h"
 #include "common/sandbox.h"
 
+/* si_code of a seccomp SIGSYS; glibc's headers do not name it. */
+#ifndef SYS_SECCOMP
+#define SYS_SECCOMP	1
+#endif
+
 void
 sandbox_early(void)
 {
@@ -160,33 +165,100 @@ static const int sc_sanitizer[] = {
 };
 #endif
 
-#ifdef MCPBROKER_SECCOMP_TRAP
-/* Debug builds: name the forbidden call instead of dying silently. */
+/* Whether the sanitizer runtimes need this call (then it is allowed). */
+static int
+sandbox_sanitizer_allows(int nr)
+{
+#ifdef MCPBROKER_SANITIZE
+	const int *sc;
+
+	for (sc = sc_sanitizer; *sc != -1; sc++)
+		if (*sc == nr)
+			return 1;
+#else
+	(void)nr;
+#endif
+	return 0;
+}
+
+/*
+ * Calls a library may try on its own (reading a file, opening a socket):
+ * they fail with EACCES instead of killing, because nothing is lost by
+ * refusing them and a crash would be.  Everything a process needs comes
+ * from the parent; everything else kills.
+ */
+static const int sc_refuse_all[] = {
+	SCMP_SYS(socket),
+	-1
+};
+
+/* The controller's openat is allowed (SQLite); the others may not open. */
+static const int sc_refuse_files[] = {
+	SCMP_SYS(openat), SCMP_SYS(open),
+	-1
+};
+
+/*
+ * A forbidden call: tell the parent its number on PROC_NOTE_FD, then die
+ * of SIGSYS (SA_RESETHAND has made that the default again).  Only write(2)
+ * and the signal calls, all async-signal-safe and all allowed.  A debug
+ * build (SECCOMP_TRAP) names it on stderr and carries on, the call having
+ * failed, so that one run finds every missing entry.
+ */
 static void
 sandbox_sigsys(int sig, siginfo_t *si, void *ctx)
 {
+	int nr = si->si_syscall;
+
+	(void)ctx;
+	if (si->si_code != SYS_SECCOMP)
+		nr = -1;
+#ifdef MCPBROKER_SECCOMP_TRAP
 	char buf[96];
 	int n;
 
-	(void)sig;
-	(void)ctx;
 	n = snprintf(buf, sizeof(buf), "%s: seccomp: forbidden syscall %d\n",
-	    log_procname(), si->si_syscall);
-	if (n > 0 && write(STDERR_FILENO, buf, n) == -1)
-		_exit(158);
-	_exit(159);
-}
+	    log_procname(), nr);
+	if (n > 0)
+		(void)!write(STDERR_FILENO, buf, (size_t)n);
+	(void)sig;
+	return;
+#else
+	(void)!write(PROC_NOTE_FD, &nr, sizeof(nr));
+	raise(sig);
 #endif
+}
 
 static void
-sandbox_allow(scmp_filter_ctx ctx, const int *list)
+sandbox_sigsys_handler(void)
+{
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_sigaction = sandbox_sigsys;
+	sa.sa_flags = SA_SIGINFO;
+#ifndef MCPBROKER_SECCOMP_TRAP
+	sa.sa_flags |= SA_RESETHAND | SA_NODEFER;
+#endif
+	if (sigaction(SIGSYS, &sa, NULL) == -1)
+		fatal("sigaction(SIGSYS)");
+}
+
+static void
+sandbox_rules(scmp_filter_ctx ctx, uint32_t action, const int *list)
 {
 	int rc;
 
 	for (; *list != -1; list++)
-		if ((rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, *list, 0)) < 0 &&
+		if ((rc = seccomp_rule_add(ctx, action, *list, 0)) < 0 &&
 		    rc != -EEXIST)
 			fatalx("seccomp_rule_add(%d): %s", *list, strerror(-rc));
+}
+
+static void
+sandbox_allow(scmp_filter_ctx ctx, const int *list)
+{
+	sandbox_rules(ctx, SCMP_ACT_ALLOW, list);
 }
 
 /* ioctl only to ask how many bytes wait on a descriptor (libevent). */
@@ -211,25 +283,31 @@ sandbox_allow_noexec_mappings(scmp_filter_ctx ctx)
 }
 #endif
 
+/* Sanitizer builds allow openat (their runtimes read /proc). */
+static void
+sandbox_refuse_files(scmp_filter_ctx ctx)
+{
+	const int *sc;
+
+	for (sc = sc_refuse_files; *sc != -1; sc++)
+		if (!sandbox_sanitizer_allows(*sc))
+			sandbox_rules(ctx, SCMP_ACT_ERRNO(EACCES), (const int[])
+			    { *sc, -1 });
+}
+
 void
 sandbox_seccomp(enum proc_kind kind)
 {
 	scmp_filter_ctx	 ctx;
-	uint32_t	 deny = SCMP_ACT_KILL_PROCESS;
 	int		 rc;
 
-#ifdef MCPBROKER_SECCOMP_TRAP
-	struct sigaction sa;
-
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_sigaction = sandbox_sigsys;
-	sa.sa_flags = SA_SIGINFO;
-	if (sigaction(SIGSYS, &sa, NULL) == -1)
-		fatal("sigaction(SIGSYS)");
-	deny = SCMP_ACT_TRAP;
-#endif
-	if ((ctx = seccomp_init(deny)) == NULL)
+	sandbox_sigsys_handler();
+	if ((ctx = seccomp_init(SCMP_ACT_TRAP)) == NULL)
 		fatalx("seccomp_init failed");
+	/* A call of another ABI (i386 int 0x80, x32) dies at once. */
+	if (seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH,
+	    SCMP_ACT_KILL_PROCESS) < 0)
+		fatalx("seccomp_attr_set(BADARCH)");
 	sandbox_allow(ctx, sc_base);
 	sandbox_allow_fionread(ctx);
 #ifdef MCPBROKER_SANITIZE
@@ -237,15 +315,18 @@ sandbox_seccomp(enum proc_kind kind)
 #else
 	sandbox_allow_noexec_mappings(ctx);
 #endif
+	sandbox_rules(ctx, SCMP_ACT_ERRNO(EACCES), sc_refuse_all);
 	switch (kind) {
 	case PROC_FRONTEND:
 		sandbox_allow(ctx, sc_frontend);
+		sandbox_refuse_files(ctx);
 		break;
 	case PROC_CONTROLLER:
 		sandbox_allow(ctx, sc_controller);
 		break;
 	case PROC_WORKER:
 		sandbox_allow(ctx, sc_worker);
+		sandbox_refuse_files(ctx);
 		break;
 	default:
 		fatalx("no seccomp policy for %s", proc_kind_str(kind));
