@@ -8,10 +8,12 @@ non-dumpable process; without root or gdb the test is skipped."""
 import json
 import os
 import shutil
+import signal
 import subprocess
 import unittest
 
-from broker import Broker, wait_for
+from broker import Broker, pid_alive, proc_status, wait_for
+from mcpfixtures import NET_PROBE
 
 SYS_MOUNT = 165     # x86_64
 
@@ -54,6 +56,106 @@ class SeccompKillTest(unittest.TestCase):
         rows = wait_for(audited, timeout=10, what="the audit row")
         self.assertIn("forbidden system call 165 (mount)",
                       json.dumps(rows[-1]))
+
+
+def fds(pid):
+    """{fd: what it points to} of a process."""
+    out = {}
+    for fd in os.listdir("/proc/%d/fd" % pid):
+        try:
+            out[int(fd)] = os.readlink("/proc/%d/fd/%s" % (pid, fd))
+        except FileNotFoundError:
+            pass
+    return out
+
+
+def kinds(table):
+    """How many descriptors of each kind: file paths stay as they are."""
+    count = {}
+    for target in table.values():
+        kind = target.split(":", 1)[0] if ":[" in target else target
+        count[kind] = count.get(kind, 0) + 1
+    return count
+
+
+@unittest.skipUnless(os.geteuid() == 0, "needs root to start as root")
+class PrivilegeFactsTest(unittest.TestCase):
+    """As root with `user nobody`: what each process holds, precisely."""
+
+    def setUp(self):
+        # The server's command leaves a grandchild behind: `sleep`.
+        self.b = Broker('server "probe" { command "sh" "-c" '
+                        '"sleep 300 & exec python3 %s" }' % NET_PROBE,
+                        user="nobody")
+        self.addCleanup(self.b.stop)
+        self.b.start()
+
+    def whoami(self):
+        r = self.b.ctl("server", "call", "probe", "whoami", "{}")
+        return json.loads(json.loads(r.stdout)["content"][0]["text"])
+
+    def test_each_child_holds_only_its_descriptors(self):
+        procs = self.b.processes()
+        state = os.path.join(self.b.dir, "state") + "/"
+        listeners = {t for t in fds(self.b.proc.pid).values()
+                     if t.startswith("socket:")}
+        # 0 and 1 are /dev/null, 2 the log (-d), 3 the channel to the
+        # parent, 4 the seccomp note, then libevent's epoll and signal pipe.
+        common = {"/dev/null": 2, "pipe": 4, "anon_inode": 1, "socket": 1}
+        expected = {
+            # + the listener and the channel to the controller
+            "frontend": {"socket": 3},
+            # + channels to the frontend and the worker, the database
+            "controller": {"socket": 3, state + "mcpbroker.db": 1,
+                           state + "mcpbroker.db-wal": 1,
+                           state + "mcpbroker.db-shm": 1},
+            # + the channel to the controller, the instance's stdio pipes
+            "worker probe": {"socket": 2, "pipe": 7},
+        }
+        for name, extra in expected.items():
+            pid = procs[name]["pid"]
+            table = fds(pid)
+            want = dict(common, **extra)
+            self.assertEqual(kinds(table), want, "%s: %r" % (name, table))
+            self.assertEqual(table[0], "/dev/null")
+            self.assertEqual(table[3].split(":")[0], "socket")
+            self.assertEqual(table[4].split(":")[0], "pipe")
+            self.assertIn("anon_inode:[eventpoll]", table.values())
+            held = {t for t in table.values() if t in listeners}
+            # Only the frontend holds a listening socket (and the parent).
+            if name != "frontend":
+                self.assertEqual(held & listeners - {table[3]}, set(),
+                                 name)
+
+    def test_instance_is_confined_and_its_group_dies_with_it(self):
+        info = self.whoami()
+        pid = info["pid"]
+        self.assertEqual(info["pgid"], pid)
+        st = proc_status(pid)
+        for key in ("CapEff", "CapPrm", "CapBnd", "CapInh", "CapAmb"):
+            self.assertEqual(st[key], "0000000000000000", key)
+        self.assertEqual(st["NoNewPrivs"], "1")
+        import pwd
+        nobody = pwd.getpwnam("nobody")
+        self.assertEqual(set(st["Uid"].split()), {str(nobody.pw_uid)})
+        self.assertEqual(set(st["Gid"].split()), {str(nobody.pw_gid)})
+        self.assertEqual(kinds(fds(pid)), {"pipe": 3}, fds(pid))
+        group = [int(p) for p in os.listdir("/proc") if p.isdigit() and
+                 os.path.exists("/proc/%s/stat" % p) and
+                 self.pgid(int(p)) == pid]
+        self.assertGreaterEqual(len(group), 2, "the sleep is in the group")
+        # The worker dies: the parent ends the instance's whole group.
+        os.kill(self.b.processes()["worker probe"]["pid"], signal.SIGKILL)
+        wait_for(lambda: not any(pid_alive(p) for p in group), timeout=15,
+                 what="every process of the instance's group to be gone")
+
+    @staticmethod
+    def pgid(pid):
+        try:
+            with open("/proc/%d/stat" % pid) as f:
+                return int(f.read().rsplit(")", 1)[1].split()[2])
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            return None
 
 
 if __name__ == "__main__":
