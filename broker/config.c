@@ -281,12 +281,34 @@ print_listens(FILE *fp, const struct mcpbroker_conf *conf)
 	}
 }
 
+/* Web session settings other than the defaults. */
+static int
+auth_web_set(const struct auth_conf *au)
+{
+	return au->au_norigins > 0 ||
+	    au->au_session_idle_ms != CONF_DEFAULT_SESSION_IDLE_MS ||
+	    au->au_session_lifetime_ms != CONF_DEFAULT_SESSION_LIFE_MS;
+}
+
+static void
+print_auth_web(FILE *fp, const struct auth_conf *au)
+{
+	char	b1[32], b2[32];
+	size_t	i;
+
+	fprintf(fp, "\tsession idle %s lifetime %s\n",
+	    fmt_duration(au->au_session_idle_ms, b1, sizeof(b1)),
+	    fmt_duration(au->au_session_lifetime_ms, b2, sizeof(b2)));
+	for (i = 0; i < au->au_norigins; i++)
+		print_kv(fp, "\t", "allowed-origin", au->au_origins[i]);
+}
+
 static void
 print_auth(FILE *fp, const struct auth_conf *au)
 {
 	const struct jwt_conf	*jw = &au->au_jwt_conf;
 
-	if (!au->au_api_keys && !au->au_jwt)
+	if (!au->au_api_keys && !au->au_jwt && !auth_web_set(au))
 		return;
 	fputs("auth {\n", fp);
 	if (au->au_api_keys)
@@ -303,6 +325,7 @@ print_auth(FILE *fp, const struct auth_conf *au)
 		    jw->jw_roles_claim : "roles");
 		fputc('\n', fp);
 	}
+	print_auth_web(fp, au);
 	fputs("}\n", fp);
 }
 
@@ -760,6 +783,7 @@ config_free(struct mcpbroker_conf *conf)
 	free(jw->jw_audience);
 	free(jw->jw_jwks_file);
 	free(jw->jw_roles_claim);
+	strv_free(conf->c_auth.au_origins, conf->c_auth.au_norigins);
 	free(conf->c_user);
 	free(conf->c_state_dir);
 	free(conf->c_control_path);

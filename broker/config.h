@@ -18,6 +18,8 @@
 #define CONF_DEFAULT_USER	"_mcpbroker"
 #define CONF_DEFAULT_STATE_DIR	"/var/lib/mcpbroker"
 #define CONF_DEFAULT_CONTROL	"/run/mcpbroker/control.sock"
+#define CONF_DEFAULT_SESSION_IDLE_MS	(30 * 60 * 1000ULL)
+#define CONF_DEFAULT_SESSION_LIFE_MS	(12 * 3600 * 1000ULL)
 
 enum secret_kind {
 	SECRET_NONE,
@@ -56,6 +58,10 @@ struct auth_conf {
 	int			 au_api_keys;
 	int			 au_jwt;		/* jwt line present */
 	struct jwt_conf		 au_jwt_conf;
+	uint64_t		 au_session_idle_ms;	/* default 30 min */
+	uint64_t		 au_session_lifetime_ms; /* default 12 h */
+	char		       **au_origins;	/* allowed-origin, canonical */
+	size_t			 au_norigins;
 };
 
 enum provider_type {

@@ -19,6 +19,7 @@
 #include "broker/child_connect.h"
 #include "broker/controller.h"
 #include "broker/controller_audit.h"
+#include "broker/controller_session.h"
 #include "broker/controller_store.h"
 #include "broker/mcpbroker.h"
 #include "common/http_client.h"
@@ -825,11 +826,20 @@ api_send(uint16_t type, uint64_t id, struct json_object *o)
 void
 api_reply(uint64_t id, int status, struct json_object *body)
 {
+	api_reply_session(id, status, body, NULL);
+}
+
+void
+api_reply_session(uint64_t id, int status, struct json_object *body,
+    struct json_object *session)
+{
 	struct json_object *o = json_object_new_object();
 
 	json_object_object_add(o, "status", json_object_new_int(status));
 	if (body != NULL)
 		json_object_object_add(o, "body", body);
+	if (session != NULL)
+		json_object_object_add(o, "session", session);
 	api_send(MSG_HTTP_REP, id, o);
 }
 
@@ -900,6 +910,8 @@ controller_configure(struct mcpbroker_conf *conf, int reload)
 			    conf->c_state_dir);
 		ctl.store_open = 1;
 	}
+	/* Sessions that ended while we were down, or by shorter limits. */
+	session_purge(&conf->c_auth);
 	/* Made before the sandbox: it reads the CA store now. */
 	if (ctl.http == NULL) {
 		struct http_client_opts co;

@@ -39,6 +39,12 @@ void		controller_release(const char *user, const char *conversation);
 
 /* Answers to the frontend for API request `id` (MSG_HTTP_*). */
 void	api_reply(uint64_t id, int status, struct json_object *body);
+/*
+ * As api_reply, with session {id, max_age} for the frontend to set as the
+ * session cookie, or {clear:true}; takes session like body.
+ */
+void	api_reply_session(uint64_t id, int status, struct json_object *body,
+	    struct json_object *session);
 void	api_error(uint64_t id, int status, const char *code,
 	    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 void	api_stream_start(uint64_t id);

@@ -15,7 +15,9 @@
 #include "broker/chat.h"
 #include "broker/controller.h"
 #include "broker/controller_audit.h"
+#include "broker/controller_session.h"
 #include "broker/controller_store.h"
+#include "broker/websec.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "policy/policy.h"
@@ -282,6 +284,156 @@ static const struct api_route api_routes[] = {
 	{ NULL, NULL, NULL }
 };
 
+/* What a browser's request carries besides a bearer key (HTTP_REQ). */
+struct web_req {
+	const char		*wr_method;
+	const char		*wr_cookie;	/* the session cookie's value */
+	const char		*wr_csrf;	/* X-CSRF-Token */
+	const char		*wr_origin;
+	const char		*wr_host;
+	int			 wr_tls;	/* the listener's */
+	int			 wr_session;	/* authenticated by cookie */
+	struct web_session	 wr_ws;		/* then, that session */
+};
+
+static int
+web_fields(struct json_object *req, const char *method, struct web_req *wr)
+{
+	memset(wr, 0, sizeof(*wr));
+	wr->wr_method = method;
+	if (json_get_str(req, "cookie", WEB_TOKEN_LEN, 1, &wr->wr_cookie) ==
+	    -1 || json_get_str(req, "csrf", CSRF_HEADER_MAX, 1,
+	    &wr->wr_csrf) == -1 || json_get_str(req, "origin", ORIGIN_MAX - 1,
+	    1, &wr->wr_origin) == -1 || json_get_str(req, "host", HOST_MAX, 1,
+	    &wr->wr_host) == -1 || json_get_bool(req, "tls", 1, &wr->wr_tls) ==
+	    -1 || (wr->wr_cookie != NULL && !websec_token_valid(wr->wr_cookie)))
+		return -1;
+	return 0;
+}
+
+/*
+ * A browser names the page behind a request in Origin.  One that is
+ * neither ours (the listener's scheme and the Host the browser asked for)
+ * nor an allowed-origin is refused before anything else, bearer tokens
+ * included: a page that holds a key must still be one of ours.  Clients
+ * that are not browsers send no Origin.
+ */
+static int
+origin_ok(uint64_t id, const struct web_req *wr)
+{
+	const struct auth_conf	*au = &controller_conf()->c_auth;
+	char			 o[ORIGIN_MAX];
+
+	if (wr->wr_origin == NULL || websec_origin_allowed(wr->wr_origin,
+	    wr->wr_tls, wr->wr_host, au->au_origins, au->au_norigins))
+		return 1;
+	if (websec_origin_canon(wr->wr_origin, o, sizeof(o)) == -1)
+		snprintf(o, sizeof(o), "an opaque or malformed origin");
+	log_debug("api: cross-origin request from %s refused", o);
+	api_error(id, 403, "cross_origin", "cross-origin request refused: %s "
+	    "is neither this broker's origin nor an allowed-origin", o);
+	return 0;
+}
+
+static struct json_object *
+error_body(const char *code, const char *message)
+{
+	struct json_object *o = json_object_new_object(), *e;
+
+	e = json_object_new_object();
+	json_object_object_add(e, "code", json_object_new_string(code));
+	json_object_object_add(e, "message", json_object_new_string(message));
+	json_object_object_add(o, "error", e);
+	return o;
+}
+
+/* For the frontend: drop the session cookie. */
+static struct json_object *
+cookie_clear(void)
+{
+	struct json_object *o = json_object_new_object();
+
+	json_object_object_add(o, "clear", json_object_new_boolean(1));
+	return o;
+}
+
+/* An `auth` row: what happened (or why not) to whom, from where. */
+static int64_t
+audit_auth(const struct store_user *u, int ok, const char *what,
+    const char *peer)
+{
+	struct json_object	*d = json_object_new_object();
+	int64_t			 row;
+
+	json_object_object_add(d, "result", json_object_new_string(ok ?
+	    "success" : "failure"));
+	json_object_object_add(d, ok ? "event" : "reason",
+	    json_object_new_string(what));
+	if (peer != NULL)
+		json_object_object_add(d, "address", json_object_new_string(
+		    peer));
+	row = audit_append(AUDIT_KIND_AUTH, u != NULL ? u->su_name : NULL,
+	    u != NULL ? u->su_tenant : NULL, d);
+	json_object_put(d);
+	return row;
+}
+
+static int
+safe_method(const char *method)
+{
+	return strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
+}
+
+/*
+ * The browser sends the cookie with every request to us, whichever page
+ * made it.  X-CSRF-Token, which only our own pages can have read (from
+ * the login or /auth/session answer), shows a state change is the user's.
+ */
+static int
+csrf_ok(uint64_t id, const struct web_req *wr, const struct store_user *u,
+    const char *peer)
+{
+	if (safe_method(wr->wr_method) ||
+	    session_csrf_ok(&wr->wr_ws, wr->wr_csrf))
+		return 1;
+	log_info("api: %s %s by %s from %s without the session's CSRF token "
+	    "refused", wr->wr_method, wr->wr_csrf == NULL ? "(no token)" :
+	    "(wrong token)", u->su_name, peer != NULL ? peer : "?");
+	(void)audit_auth(u, 0, "missing or wrong CSRF token", peer);
+	api_error(id, 403, "csrf", "a request made with the session cookie "
+	    "must carry the session's X-CSRF-Token header");
+	return 0;
+}
+
+/*
+ * No bearer token: the user whose session the cookie names, if live.
+ * Sessions are opened with API keys; where keys are not accepted (a
+ * reload took them away) neither are the sessions.
+ */
+static const struct store_user *
+cookie_user(uint64_t id, const char *peer, struct web_req *wr,
+    struct store_user *su)
+{
+	const struct auth_conf *au = &controller_conf()->c_auth;
+
+	switch (au->au_api_keys ? session_lookup(wr->wr_cookie, au, su,
+	    &wr->wr_ws) : 1) {
+	case 0:
+		break;
+	case 1:
+		api_reply_session(id, 401, error_body("unauthorized", "the "
+		    "session has ended; log in again"), cookie_clear());
+		return NULL;
+	default:
+		api_error(id, 500, "internal", "the session store failed");
+		return NULL;
+	}
+	if (!csrf_ok(id, wr, su, peer))
+		return NULL;
+	wr->wr_session = 1;
+	return su;
+}
+
 /*
  * Who is calling.  With `auth { api-keys }` that is the owner of the key
  * the request carries, and nobody without one; without an auth block the
@@ -358,7 +510,7 @@ auth_refused(uint64_t id, const char *peer)
 
 static const struct store_user *
 authenticate(uint64_t id, const char *credential, const char *peer,
-    struct store_user *su)
+    struct web_req *wr, struct store_user *su)
 {
 	static const struct store_user dev = { DEV_USER, "default", "" };
 
@@ -371,6 +523,9 @@ authenticate(uint64_t id, const char *credential, const char *peer,
 	}
 	if (!controller_conf()->c_auth.au_api_keys)
 		return &dev;
+	/* A bearer token, when there is one, decides alone. */
+	if (credential == NULL && wr->wr_cookie != NULL)
+		return cookie_user(id, peer, wr, su);
 	if (credential == NULL) {
 		api_error(id, 401, "unauthorized", "send your API key as "
 		    "Authorization: Bearer KEY");
@@ -381,6 +536,209 @@ authenticate(uint64_t id, const char *credential, const char *peer,
 		return NULL;
 	}
 	return su;
+}
+
+/* ---- /auth: web sessions ---- */
+
+/* Logins need keys to log in with; a development install has none. */
+static int
+sessions_on(uint64_t id)
+{
+	const struct auth_conf *au = &controller_conf()->c_auth;
+
+	if (au->au_api_keys)
+		return 1;
+	api_error(id, 404, "not_found", "there are no logins without auth { "
+	    "api-keys }%s", au->au_jwt ? "; send your token as "
+	    "Authorization: Bearer TOKEN" : ": every request is the user "
+	    DEV_USER);
+	return 0;
+}
+
+/* {user, tenant, roles} */
+static struct json_object *
+who(const struct store_user *u)
+{
+	struct json_object	*o = json_object_new_object(), *roles;
+	char			 buf[sizeof(u->su_roles)], *save, *r;
+
+	roles = json_object_new_array();
+	snprintf(buf, sizeof(buf), "%s", u->su_roles);
+	for (r = strtok_r(buf, ",", &save); r != NULL;
+	    r = strtok_r(NULL, ",", &save))
+		json_object_array_add(roles, json_object_new_string(r));
+	json_object_object_add(o, "user", json_object_new_string(u->su_name));
+	json_object_object_add(o, "tenant", json_object_new_string(
+	    u->su_tenant));
+	json_object_object_add(o, "roles", roles);
+	return o;
+}
+
+/* What a page needs to go on with its session. */
+static void
+add_session(struct json_object *o, const struct web_session *ws)
+{
+	json_object_object_add(o, "csrf_token", json_object_new_string(
+	    ws->ws_csrf));
+	json_object_object_add(o, "expires_at", json_object_new_int64(
+	    ws->ws_expires_ms));
+	json_object_object_add(o, "idle_timeout_ms", json_object_new_int64(
+	    (int64_t)controller_conf()->c_auth.au_session_idle_ms));
+}
+
+/* The session and its audit row: one transaction, or neither. */
+static int
+login_record(const struct store_user *u, const char *peer,
+    char sid[WEB_TOKEN_LEN + 1], struct web_session *ws)
+{
+	int ok;
+
+	if (audit_begin() == -1)
+		return -1;
+	ok = session_create(u->su_name, &controller_conf()->c_auth, sid,
+	    ws) == 0 && audit_auth(u, 1, "login", peer) != -1;
+	if (audit_end(ok) == -1 || !ok) {
+		explicit_bzero(sid, WEB_TOKEN_LEN + 1);
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * POST /auth/login {"api_key": KEY} (or Authorization: Bearer KEY): a
+ * new session, whose id goes only into the cookie.  A refused key counts
+ * against the address like any other.
+ */
+static void
+auth_login(uint64_t id, const char *credential, const char *peer,
+    const struct web_req *wr, struct json_object *body)
+{
+	struct json_object	*r, *s;
+	struct web_session	 ws;
+	struct store_user	 su;
+	const char		*key = NULL;
+	char			 sid[WEB_TOKEN_LEN + 1];
+
+	if (!sessions_on(id))
+		return;
+	if (body != NULL && json_get_str(body, "api_key", KEY_MAX - 1, 1,
+	    &key) == -1) {
+		api_error(id, 422, "invalid_field", "api_key: expected a "
+		    "string of at most %d bytes", KEY_MAX - 1);
+		return;
+	}
+	if (key == NULL && (key = credential) == NULL) {
+		api_error(id, 401, "unauthorized", "send your API key as "
+		    "{\"api_key\": KEY} or Authorization: Bearer KEY");
+		return;
+	}
+	if (store_authenticate(key, &su) == -1) {
+		auth_refused(id, peer);
+		return;
+	}
+	session_purge(&controller_conf()->c_auth);
+	/* A login starts afresh: the browser's previous session ends. */
+	if (wr->wr_cookie != NULL)
+		(void)session_delete_id(wr->wr_cookie);
+	if (login_record(&su, peer, sid, &ws) == -1) {
+		api_error(id, 500, "internal", "the session could not be "
+		    "stored");
+		return;
+	}
+	log_info("api: %s logged in from %s", su.su_name, peer != NULL ?
+	    peer : "?");
+	r = who(&su);
+	add_session(r, &ws);
+	s = json_object_new_object();
+	json_object_object_add(s, "id", json_object_new_string(sid));
+	json_object_object_add(s, "max_age", json_object_new_int64(
+	    session_max_age(&ws)));
+	explicit_bzero(sid, sizeof(sid));
+	api_reply_session(id, 200, r, s);
+}
+
+/*
+ * POST /auth/logout: the cookie's session ends (with its CSRF token, like
+ * any change) and the cookie goes.  Without a live session there is
+ * nothing to end, and the answer is the same.
+ */
+static void
+auth_logout(uint64_t id, const char *peer, struct web_req *wr)
+{
+	struct json_object	*r;
+	struct store_user	 su;
+	int			 rc = 1;
+
+	if (!sessions_on(id))
+		return;
+	if (wr->wr_cookie != NULL && (rc = session_lookup(wr->wr_cookie,
+	    &controller_conf()->c_auth, &su, &wr->wr_ws)) == -1) {
+		api_error(id, 500, "internal", "the session store failed");
+		return;
+	}
+	if (rc == 0) {
+		if (!csrf_ok(id, wr, &su, peer))
+			return;
+		if (session_delete(&wr->wr_ws) == -1) {
+			api_error(id, 500, "internal", "the session store "
+			    "failed");
+			return;
+		}
+		(void)audit_auth(&su, 1, "logout", peer);
+		log_info("api: %s logged out", su.su_name);
+	}
+	r = json_object_new_object();
+	json_object_object_add(r, "logged_out", json_object_new_boolean(1));
+	api_reply_session(id, 200, r, cookie_clear());
+}
+
+/*
+ * GET /auth/session: who the caller is and, for a cookie session, its
+ * CSRF token again (a reloaded page has lost it).
+ */
+static void
+auth_session(uint64_t id, const char *credential, const char *peer,
+    struct web_req *wr)
+{
+	const struct store_user	*u;
+	struct store_user	 su;
+	struct json_object	*r;
+
+	if ((u = authenticate(id, credential, peer, wr, &su)) == NULL)
+		return;
+	r = who(u);
+	if (wr->wr_session)
+		add_session(r, &wr->wr_ws);
+	api_reply(id, 200, r);
+}
+
+static void
+auth_route(uint64_t id, const char *path, const char *credential,
+    const char *peer, struct web_req *wr, struct json_object *body)
+{
+	static const struct {
+		const char	*method;
+		const char	*path;
+	} known[] = {
+		{ "POST", "/auth/login" }, { "POST", "/auth/logout" },
+		{ "GET", "/auth/session" },
+	};
+	size_t i;
+
+	for (i = 0; i < sizeof(known) / sizeof(known[0]); i++)
+		if (strcmp(path, known[i].path) == 0)
+			break;
+	if (i == sizeof(known) / sizeof(known[0]))
+		api_error(id, 404, "not_found", "no such endpoint");
+	else if (strcmp(wr->wr_method, known[i].method) != 0)
+		api_error(id, 405, "method_not_allowed", "%s is not allowed "
+		    "on %s", wr->wr_method, path);
+	else if (i == 0)
+		auth_login(id, credential, peer, wr, body);
+	else if (i == 1)
+		auth_logout(id, peer, wr);
+	else
+		auth_session(id, credential, peer, wr);
 }
 
 /* The path matches; rest is what follows a prefix route. */
@@ -409,6 +767,7 @@ api_request(uint64_t id, struct json_object *req)
 	const struct store_user	*user;
 	const char		*credential = NULL, *peer = NULL;
 	struct store_user	 su;
+	struct web_req		 wr;
 	int			 path_known = 0;
 
 	if (json_get_str(req, "method", 8, 0, &method) == -1 ||
@@ -421,7 +780,17 @@ api_request(uint64_t id, struct json_object *req)
 	}
 	if (json_get_str(req, "peer", 63, 1, &peer) == -1)
 		peer = NULL;
-	if ((user = authenticate(id, credential, peer, &su)) == NULL)
+	if (web_fields(req, method, &wr) == -1) {
+		api_error(id, 400, "bad_request", "malformed request");
+		return;
+	}
+	if (!origin_ok(id, &wr))
+		return;
+	if (strncmp(path, "/auth/", 6) == 0) {
+		auth_route(id, path, credential, peer, &wr, body);
+		return;
+	}
+	if ((user = authenticate(id, credential, peer, &wr, &su)) == NULL)
 		return;
 	if (json_get_str(req, "query", 2048, 1, &api_query) == -1)
 		api_query = NULL;

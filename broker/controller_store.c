@@ -22,7 +22,7 @@
 #include "broker/controller_store.h"
 #include "common/log.h"
 
-#define SCHEMA_VERSION	2
+#define SCHEMA_VERSION	3
 
 static sqlite3 *db;
 
@@ -62,6 +62,19 @@ static const char *const migrations[] = {
 	"  SELECT RAISE(ABORT, 'the audit trail is append-only'); END;"
 	"CREATE TRIGGER audit_no_delete BEFORE DELETE ON audit BEGIN"
 	"  SELECT RAISE(ABORT, 'the audit trail is append-only'); END;",
+	/*
+	 * 2 -> 3: web sessions (controller_session.c), keyed by the SHA-256
+	 * of the cookie's value, which itself is never stored.
+	 */
+	"CREATE TABLE sessions ("
+	"  id_hash BLOB PRIMARY KEY,"
+	"  user TEXT NOT NULL REFERENCES users (name) ON DELETE CASCADE,"
+	"  csrf TEXT NOT NULL,"
+	"  created INTEGER NOT NULL,"		/* ms since the epoch */
+	"  last_seen INTEGER NOT NULL,"
+	"  expires INTEGER NOT NULL) WITHOUT ROWID;"
+	"CREATE INDEX sessions_user ON sessions (user);"
+	"CREATE INDEX sessions_expires ON sessions (expires);",
 };
 
 static int
@@ -250,10 +263,38 @@ store_user_add(const char *name, const char *tenant, const char *roles,
 	return set_key(name, key, why, whylen);
 }
 
+/*
+ * A user's web sessions end with the key that opened them and with the
+ * user.  The foreign key would do the latter; being explicit keeps both
+ * in the caller's transaction and visible here.
+ */
+static int
+end_sessions(const char *name, char *why, size_t whylen)
+{
+	sqlite3_stmt	*st;
+	int		 rc;
+
+	if (sqlite3_prepare_v2(db, "DELETE FROM sessions WHERE user = ?", -1,
+	    &st, NULL) != SQLITE_OK) {
+		snprintf(why, whylen, "database: %s", sqlite3_errmsg(db));
+		return -1;
+	}
+	sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
+	rc = sqlite3_step(st);
+	sqlite3_finalize(st);
+	if (rc != SQLITE_DONE) {
+		snprintf(why, whylen, "database: %s", sqlite3_errmsg(db));
+		return -1;
+	}
+	return 0;
+}
+
 int
 store_user_key(const char *name, char *key, char *why, size_t whylen)
 {
-	return set_key(name, key, why, whylen);
+	if (set_key(name, key, why, whylen) == -1)
+		return -1;
+	return end_sessions(name, why, whylen);
 }
 
 int
@@ -262,6 +303,8 @@ store_user_del(const char *name, char *why, size_t whylen)
 	sqlite3_stmt	*st;
 	int		 rc;
 
+	if (end_sessions(name, why, whylen) == -1)
+		return -1;
 	if (sqlite3_prepare_v2(db, "DELETE FROM users WHERE name = ?", -1,
 	    &st, NULL) != SQLITE_OK) {
 		snprintf(why, whylen, "database: %s", sqlite3_errmsg(db));

@@ -17,12 +17,14 @@
 #include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
 #include <event2/http.h>
+#include <event2/keyvalq_struct.h>
 #include <json-c/json.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
 
 #include "broker/mcpbroker.h"
+#include "broker/websec.h"
 #include "common/log.h"
 #include "common/util.h"
 
@@ -42,6 +44,8 @@ struct pending {
 	uint64_t		 pd_timeout_ms;
 	int			 pd_relay;	/* an API request */
 	int			 pd_streaming;	/* SSE reply under way */
+	int			 pd_tls;	/* came in on a TLS listener */
+	int			 pd_login;	/* POST /auth/login */
 };
 TAILQ_HEAD(pending_list, pending);
 
@@ -205,8 +209,11 @@ pending_conn_closed(struct evhttp_connection *evcon, void *arg)
 			pending_cancel(pd);
 }
 
-/* Ask the controller; the answer arrives in a frontend_recv_* handler. */
-static void
+/*
+ * Ask the controller; the answer arrives in a frontend_recv_* handler.
+ * NULL when the request has been answered already (with an error).
+ */
+static struct pending *
 ask_controller(struct evhttp_request *req, uint16_t type,
     struct json_object *payload, uint64_t timeout_ms)
 {
@@ -216,7 +223,7 @@ ask_controller(struct evhttp_request *req, uint16_t type,
 	    fe.npending >= FRONTEND_MAX_PENDING) {
 		reply_error(req, 503, "Service Unavailable", "unavailable",
 		    "the broker is not ready; try again shortly");
-		return;
+		return NULL;
 	}
 	if ((pd = calloc(1, sizeof(*pd))) == NULL ||
 	    (pd->pd_timer = evtimer_new(child_base(), pending_timeout, pd)) ==
@@ -224,7 +231,7 @@ ask_controller(struct evhttp_request *req, uint16_t type,
 		free(pd);
 		reply_error(req, 500, "Internal Server Error", "internal",
 		    "out of memory");
-		return;
+		return NULL;
 	}
 	pd->pd_id = ++fe.next_id;
 	pd->pd_req = req;
@@ -235,31 +242,34 @@ ask_controller(struct evhttp_request *req, uint16_t type,
 		free(pd);
 		reply_error(req, 503, "Service Unavailable", "unavailable",
 		    "the controller is not reachable");
-		return;
+		return NULL;
 	}
 	TAILQ_INSERT_TAIL(&fe.pending, pd, pd_entry);
 	fe.npending++;
 	pending_touch(pd);
 	evhttp_connection_set_closecb(evhttp_request_get_connection(req),
 	    pending_conn_closed, NULL);
+	return pd;
 }
 
 /* ---- routes ---- */
 
 static void
-route_healthz(struct evhttp_request *req)
+route_healthz(struct evhttp_request *req, int tls)
 {
 	struct json_object *o = json_object_new_object();
 
+	(void)tls;
 	json_object_object_add(o, "status", json_object_new_string("ok"));
 	reply_json(req, 200, "OK", o);
 	json_object_put(o);
 }
 
 static void
-route_readyz(struct evhttp_request *req)
+route_readyz(struct evhttp_request *req, int tls)
 {
-	ask_controller(req, MSG_READY_REQ, NULL, READY_TIMEOUT_MS);
+	(void)tls;
+	(void)ask_controller(req, MSG_READY_REQ, NULL, READY_TIMEOUT_MS);
 }
 
 static const char *
@@ -281,22 +291,121 @@ method_str(enum evhttp_cmd_type m)
 	}
 }
 
+/* What a browser's request carries besides a bearer key. */
+struct web_hdrs {
+	const char	*wh_origin;
+	const char	*wh_host;
+	const char	*wh_csrf;
+	char		 wh_cookie[WEB_TOKEN_LEN + 1];	/* "" when none */
+};
+
+/*
+ * A header that may appear once: 0 with *out (NULL when absent), or -1 when
+ * it is repeated or longer than max.  Ambiguity is refused, not resolved.
+ */
+static int
+header_once(struct evkeyvalq *h, const char *name, size_t max,
+    const char **out)
+{
+	struct evkeyval *kv;
+
+	*out = NULL;
+	TAILQ_FOREACH(kv, h, next) {
+		if (strcasecmp(kv->key, name) != 0)
+			continue;
+		if (*out != NULL || strlen(kv->value) > max)
+			return -1;
+		*out = kv->value;
+	}
+	return 0;
+}
+
+/*
+ * The session cookie's value from every Cookie header ("" when absent), or
+ * -1 when it is repeated or malformed: on plain HTTP another host of the
+ * same site can plant a second cookie of our name to shadow ours.
+ */
+static int
+session_cookie(struct evkeyvalq *h, int tls, char out[WEB_TOKEN_LEN + 1])
+{
+	struct evkeyval	*kv;
+	char		 v[WEB_TOKEN_LEN + 1];
+	int		 n, total = 0;
+
+	out[0] = '\0';
+	TAILQ_FOREACH(kv, h, next) {
+		if (strcasecmp(kv->key, "Cookie") != 0)
+			continue;
+		if ((n = websec_cookie_find(kv->value, websec_cookie_name(tls),
+		    v, sizeof(v))) == -1)
+			return -1;
+		if (n > 0 && total == 0)
+			memcpy(out, v, sizeof(v));
+		total += n;
+	}
+	explicit_bzero(v, sizeof(v));
+	if (total > 1 || (total == 1 && !websec_token_valid(out)))
+		return -1;
+	return 0;
+}
+
+/* Read them strictly; a request with a bad one is answered 400 here. */
+static int
+web_headers(struct evhttp_request *req, int tls, struct web_hdrs *wh)
+{
+	struct evkeyvalq	*h = evhttp_request_get_input_headers(req);
+	char			 clear[SET_COOKIE_MAX];
+
+	if (header_once(h, "Origin", ORIGIN_MAX - 1, &wh->wh_origin) == -1 ||
+	    header_once(h, "Host", HOST_MAX, &wh->wh_host) == -1 ||
+	    header_once(h, "X-CSRF-Token", CSRF_HEADER_MAX, &wh->wh_csrf) ==
+	    -1) {
+		reply_error(req, 400, "Bad Request", "bad_request", "a "
+		    "repeated or overlong Origin, Host or X-CSRF-Token header");
+		return -1;
+	}
+	if (session_cookie(h, tls, wh->wh_cookie) == -1) {
+		/* Clear ours, so that the next login starts afresh. */
+		if (websec_set_cookie(clear, sizeof(clear), tls, NULL, 0) == 0)
+			evhttp_add_header(evhttp_request_get_output_headers(
+			    req), "Set-Cookie", clear);
+		reply_error(req, 400, "Bad Request", "bad_cookie", "the "
+		    "session cookie is malformed or repeated; log in again");
+		return -1;
+	}
+	return 0;
+}
+
+static void
+add_str(struct json_object *o, const char *key, const char *v)
+{
+	if (v != NULL)
+		json_object_object_add(o, key, json_object_new_string(v));
+}
+
 /*
  * The API is the controller's: the frontend checks the body is one JSON
- * object and relays it with the caller's credential; the controller, which
- * holds the users, decides who the caller is.
+ * object and relays it with the caller's credential (a bearer token, or
+ * the session cookie's value) and what the controller needs to judge a
+ * browser's request (Origin, Host, X-CSRF-Token, TLS or not).  The
+ * controller, which holds the users and sessions, decides who the caller
+ * is and whether to serve it.
  */
 static void
-route_api(struct evhttp_request *req)
+route_api(struct evhttp_request *req, int tls)
 {
 	struct evbuffer		*in = evhttp_request_get_input_buffer(req);
 	const struct evhttp_uri	*uri = evhttp_request_get_evhttp_uri(req);
 	struct json_object	*payload, *body = NULL;
+	struct pending		*pd;
+	struct web_hdrs		 wh;
 	size_t			 len = evbuffer_get_length(in);
 	const char		*query, *auth;
 	char			*addr = NULL;
 	ev_uint16_t		 port = 0;
 
+	if (web_headers(req, tls, &wh) == -1)
+		return;
 	if (len > 0 && (body = json_parse_object((const char *)evbuffer_pullup(
 	    in, len), len)) == NULL) {
 		reply_error(req, 400, "Bad Request", "invalid_json",
@@ -323,14 +432,26 @@ route_api(struct evhttp_request *req)
 	    strlen(auth + 7) < 256)
 		json_object_object_add(payload, "credential",
 		    json_object_new_string(auth + 7));
-	ask_controller(req, MSG_HTTP_REQ, payload, API_TIMEOUT_MS);
+	if (wh.wh_cookie[0] != '\0')
+		add_str(payload, "cookie", wh.wh_cookie);
+	explicit_bzero(wh.wh_cookie, sizeof(wh.wh_cookie));
+	add_str(payload, "csrf", wh.wh_csrf);
+	add_str(payload, "origin", wh.wh_origin);
+	add_str(payload, "host", wh.wh_host);
+	json_object_object_add(payload, "tls", json_object_new_boolean(tls));
+	if ((pd = ask_controller(req, MSG_HTTP_REQ, payload,
+	    API_TIMEOUT_MS)) != NULL) {
+		pd->pd_tls = tls;
+		pd->pd_login = strcmp(evhttp_uri_get_path(uri),
+		    "/auth/login") == 0;
+	}
 	json_object_put(payload);
 }
 
 struct route {
 	const char	*rt_path;	/* exact, or a prefix ending in '/' */
 	int		 rt_methods;	/* evhttp_cmd_type bits */
-	void		(*rt_fn)(struct evhttp_request *);
+	void		(*rt_fn)(struct evhttp_request *, int tls);
 };
 
 #define API_METHODS	(EVHTTP_REQ_GET | EVHTTP_REQ_POST | \
@@ -341,8 +462,35 @@ static const struct route routes[] = {
 	{ "/readyz", EVHTTP_REQ_GET | EVHTTP_REQ_HEAD, route_readyz },
 	{ "/llmchat/", API_METHODS, route_api },
 	{ "/api/v1/", API_METHODS, route_api },
+	{ "/auth/login", EVHTTP_REQ_POST, route_api },
+	{ "/auth/logout", EVHTTP_REQ_POST, route_api },
+	{ "/auth/session", EVHTTP_REQ_GET, route_api },
 	{ NULL, 0, NULL }
 };
+
+/* The Allow header of a 405: the route's methods. */
+static void
+allow_header(struct evhttp_request *req, int methods)
+{
+	static const struct {
+		int		 m;
+		const char	*name;
+	} names[] = {
+		{ EVHTTP_REQ_GET, "GET" }, { EVHTTP_REQ_HEAD, "HEAD" },
+		{ EVHTTP_REQ_POST, "POST" }, { EVHTTP_REQ_PATCH, "PATCH" },
+		{ EVHTTP_REQ_DELETE, "DELETE" },
+	};
+	char	buf[64];
+	size_t	i, len = 0;
+
+	buf[0] = '\0';
+	for (i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if (methods & names[i].m)
+			len += (size_t)snprintf(buf + len, sizeof(buf) - len,
+			    "%s%s", len > 0 ? ", " : "", names[i].name);
+	evhttp_add_header(evhttp_request_get_output_headers(req), "Allow",
+	    buf);
+}
 
 static int
 route_matches(const struct route *rt, const char *path)
@@ -354,6 +502,7 @@ route_matches(const struct route *rt, const char *path)
 	return strcmp(path, rt->rt_path) == 0;
 }
 
+/* arg is non-NULL on a TLS listener's server. */
 static void
 frontend_request(struct evhttp_request *req, void *arg)
 {
@@ -361,7 +510,6 @@ frontend_request(struct evhttp_request *req, void *arg)
 	const char		*path;
 	struct evhttp_uri	*uri;
 
-	(void)arg;
 	uri = evhttp_uri_parse_with_flags(evhttp_request_get_uri(req), 0);
 	if (uri == NULL || (path = evhttp_uri_get_path(uri)) == NULL) {
 		evhttp_uri_free(uri);
@@ -379,15 +527,13 @@ frontend_request(struct evhttp_request *req, void *arg)
 		return;
 	}
 	if ((evhttp_request_get_command(req) & rt->rt_methods) == 0) {
-		evhttp_add_header(evhttp_request_get_output_headers(req),
-		    "Allow", rt->rt_methods == API_METHODS ?
-		    "GET, POST, PATCH, DELETE" : "GET, HEAD");
+		allow_header(req, rt->rt_methods);
 		reply_error(req, 405, "Method Not Allowed",
 		    "method_not_allowed", "this endpoint does not accept that "
 		    "method");
 		return;
 	}
-	rt->rt_fn(req);
+	rt->rt_fn(req, arg != NULL);
 }
 
 /* ---- controller answers ---- */
@@ -445,6 +591,8 @@ status_reason(int status)
 		return "Unprocessable Content";
 	case 429:
 		return "Too Many Requests";
+	case 500:
+		return "Internal Server Error";
 	case 502:
 		return "Bad Gateway";
 	case 503:
@@ -456,23 +604,82 @@ status_reason(int status)
 	}
 }
 
+/*
+ * The session part of an answer: {id, max_age} to set the cookie or
+ * {clear:true} to drop it, and nothing else.  id NULL means clear.
+ */
+static int
+session_field(struct json_object *s, const char **id, int64_t *max_age)
+{
+	struct json_object_iterator	 it, end;
+	const char			*key;
+	int				 clear = 0;
+
+	if (!json_object_is_type(s, json_type_object))
+		return -1;
+	it = json_object_iter_begin(s);
+	end = json_object_iter_end(s);
+	for (; !json_object_iter_equal(&it, &end); json_object_iter_next(&it)) {
+		key = json_object_iter_peek_name(&it);
+		if (strcmp(key, "id") != 0 && strcmp(key, "max_age") != 0 &&
+		    strcmp(key, "clear") != 0)
+			return -1;
+	}
+	*max_age = 0;
+	if (json_get_bool(s, "clear", 1, &clear) == -1 ||
+	    json_get_str(s, "id", WEB_TOKEN_LEN, 1, id) == -1 ||
+	    json_get_int(s, "max_age", 1, SESSION_MAX_AGE_MAX, 1, max_age) ==
+	    -1)
+		return -1;
+	if (clear)
+		return *id == NULL && *max_age == 0 ? 0 : -1;
+	return *id != NULL && *max_age > 0 && websec_token_valid(*id) ? 0 :
+	    -1;
+}
+
+/*
+ * The cookie is made here, where the listener is known: the controller
+ * may set one only in a successful login's answer, clear one in any.
+ */
+static int
+session_cookie_set(struct pending *pd, int64_t status, const char *id,
+    int64_t max_age)
+{
+	char hdr[SET_COOKIE_MAX];
+
+	if (id != NULL && (!pd->pd_login || status != 200))
+		return -1;
+	if (websec_set_cookie(hdr, sizeof(hdr), pd->pd_tls, id, max_age) == -1)
+		return -1;
+	evhttp_add_header(evhttp_request_get_output_headers(pd->pd_req),
+	    "Set-Cookie", hdr);
+	explicit_bzero(hdr, sizeof(hdr));
+	return 0;
+}
+
 static int
 frontend_recv_http_rep(struct peer *p, struct msg *m, struct json_object *o)
 {
 	struct evkeyvalq	*h;
-	struct json_object	*body = NULL;
+	struct json_object	*body = NULL, *session = NULL;
 	struct pending		*pd;
-	int64_t			 status;
+	const char		*sid = NULL;
+	int64_t			 status, max_age = 0;
 	int			 stream = 0;
 
 	(void)p;
 	if (json_get_int(o, "status", 200, 599, 0, &status) == -1 ||
 	    json_get_bool(o, "stream", 1, &stream) == -1 ||
 	    (json_object_object_get_ex(o, "body", &body) &&
-	    !json_object_is_type(body, json_type_object)))
+	    !json_object_is_type(body, json_type_object)) ||
+	    (json_object_object_get_ex(o, "session", &session) &&
+	    (stream || session_field(session, &sid, &max_age) == -1)))
 		return -1;
 	if ((pd = pending_find(m->m_hdr.mh_id)) == NULL || pd->pd_streaming)
 		return pd == NULL ? 0 : -1;
+	if (session != NULL && session_cookie_set(pd, status, sid, max_age) ==
+	    -1)
+		return -1;
 	if (!stream) {
 		if (status == 401)
 			evhttp_add_header(evhttp_request_get_output_headers(
@@ -672,16 +879,17 @@ apply_limits(struct evhttp *http, const struct limits_conf *lm)
 }
 
 static struct evhttp *
-http_new(void)
+http_new(int tls)
 {
-	struct evhttp *http;
+	static int	 tls_mark;
+	struct evhttp	*http;
 
 	if ((http = evhttp_new(child_base())) == NULL)
 		fatalx("evhttp_new");
 	evhttp_set_allowed_methods(http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD |
 	    EVHTTP_REQ_POST | EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
 	    EVHTTP_REQ_PATCH | EVHTTP_REQ_OPTIONS);
-	evhttp_set_gencb(http, frontend_request, NULL);
+	evhttp_set_gencb(http, frontend_request, tls ? &tls_mark : NULL);
 	return http;
 }
 
@@ -697,10 +905,10 @@ frontend_configure(struct mcpbroker_conf *conf, int reload)
 		fl = &fe.listeners[i];
 		if (fl->fl_http == NULL && fl->fl_ctx == NULL) {
 			if (fe.http == NULL)
-				fe.http = http_new();
+				fe.http = http_new(0);
 			fl->fl_http = fe.http;
 		} else if (fl->fl_http == NULL) {
-			fl->fl_http = http_new();
+			fl->fl_http = http_new(1);
 			evhttp_set_bevcb(fl->fl_http, tls_bevcb, fl->fl_ctx);
 		}
 		apply_limits(fl->fl_http, &conf->c_limits);

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "broker/config.h"
+#include "broker/websec.h"
 #include "common/log.h"
 
 #define MAX_TOKEN	4096		/* bytes in one word or string */
@@ -1810,9 +1811,80 @@ au_jwt(struct parser *p, struct blk *b)
 	return 0;
 }
 
+/* session [idle DURATION] [lifetime DURATION], at least one of them */
+static int
+au_session(struct parser *p, struct blk *b)
+{
+	struct auth_conf	*au = &p->p_conf->c_auth;
+	struct token		*t;
+	uint64_t		*dst;
+	const char		*kw;
+	int			 seen[2] = { 0, 0 }, i;
+
+	for (;;) {
+		t = peek(p);
+		if (is_kw(t, "idle")) {
+			i = 0;
+			kw = "session idle";
+			dst = &au->au_session_idle_ms;
+		} else if (is_kw(t, "lifetime")) {
+			i = 1;
+			kw = "session lifetime";
+			dst = &au->au_session_lifetime_ms;
+		} else
+			break;
+		if (seen[i]++) {
+			perr(p, t->tk_line, "session: duplicate \"%s\"",
+			    t->tk_val);
+			return -1;
+		}
+		consume(p);
+		if (blk_duration(p, kw, dst) == -1)
+			return -1;
+	}
+	if (!seen[0] && !seen[1]) {
+		perr(p, b->b_line, "session: expected idle or lifetime");
+		return -1;
+	}
+	return 0;
+}
+
+/* allowed-origin "https://chat.example.com": besides the request's own */
+static int
+au_allowed_origin(struct parser *p, struct blk *b)
+{
+	struct auth_conf	*au = &p->p_conf->c_auth;
+	char			*v, canon[ORIGIN_MAX], q[QBUF];
+	size_t			 i;
+	int			 line;
+
+	(void)b;
+	if (get_string(p, "allowed-origin", &v, &line) == -1)
+		return -1;
+	if (strlen(v) >= ORIGIN_MAX ||
+	    websec_origin_canon(v, canon, sizeof(canon)) == -1) {
+		perr(p, line, "allowed-origin %s: expected http:// or https:// "
+		    "and a host with an optional port, nothing more",
+		    quote(v, q, sizeof(q)));
+		free(v);
+		return 0;
+	}
+	free(v);
+	for (i = 0; i < au->au_norigins; i++)
+		if (strcmp(au->au_origins[i], canon) == 0) {
+			perr(p, line, "allowed-origin \"%s\": listed twice",
+			    canon);
+			return 0;
+		}
+	strv_push(&au->au_origins, &au->au_norigins, xstrdup(canon));
+	return 0;
+}
+
 static const struct kw auth_kw[] = {
 	{ "api-keys", au_api_keys, 0 },
 	{ "jwt", au_jwt, 0 },
+	{ "session", au_session, 0 },
+	{ "allowed-origin", au_allowed_origin, 1 },
 	{ NULL, NULL, 0 },
 };
 _Static_assert(sizeof(auth_kw) / sizeof(auth_kw[0]) <= BLK_MAXKW,
@@ -2700,6 +2772,8 @@ conf_new(void)
 	conf->c_limits.lm_llm_timeout_ms = 120 * 1000;
 	conf->c_limits.lm_approval_timeout_ms = 5 * 60 * 1000;
 	conf->c_limits.lm_max_result_bytes = 64 * 1024;
+	conf->c_auth.au_session_idle_ms = CONF_DEFAULT_SESSION_IDLE_MS;
+	conf->c_auth.au_session_lifetime_ms = CONF_DEFAULT_SESSION_LIFE_MS;
 	return conf;
 }
 

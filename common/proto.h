@@ -63,13 +63,18 @@ enum msg_type {
 	MSG_READY_REP,		/* controller -> frontend
 				 *  {ready, servers:[{name, state, error?}]} */
 	MSG_HTTP_REQ,		/* frontend -> controller {method, path,
-				 *  query?, body?, credential?}: an API
-				 *  request (/llmchat/..., /api/v1/...) with
-				 *  the caller's API key when it sent one;
+				 *  query?, body?, peer?, credential?,
+				 *  cookie?, csrf?, origin?, host?, tls}: an
+				 *  API request (/llmchat/..., /api/v1/...,
+				 *  /auth/...) with the caller's API key or
+				 *  session cookie when it sent one and the
+				 *  headers a browser's request is judged by;
 				 *  id: ours */
 	MSG_HTTP_REP,		/* controller -> frontend {status, body?,
-				 *  stream?}: the answer, or with stream the
-				 *  start of an event stream; id: the REQ's */
+				 *  stream?, session?}: the answer, or with
+				 *  stream the start of an event stream;
+				 *  session {id, max_age} or {clear} for the
+				 *  cookie; id: the REQ's */
 	MSG_HTTP_EVENT,		/* controller -> frontend {event, data}: one
 				 *  SSE event of a stream; id: the REQ's */
 	MSG_HTTP_END,		/* controller -> frontend {}: the stream is

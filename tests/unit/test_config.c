@@ -432,6 +432,89 @@ test_full_rules(void **state)
 	config_free(conf);
 }
 
+/* auth { session ... allowed-origin ... }: web sessions */
+static void
+test_auth_web(void **state)
+{
+	struct mcpbroker_conf	*conf, *again;
+	struct auth_conf	*au;
+	char			*one, *two, *errs;
+
+	(void)state;
+	conf = must_parse("");
+	au = &conf->c_auth;
+	assert_int_equal(au->au_session_idle_ms, 30 * 60 * 1000);
+	assert_int_equal(au->au_session_lifetime_ms, 12 * 3600 * 1000);
+	assert_int_equal(au->au_norigins, 0);
+	one = print_conf(conf, NULL);
+	assert_null(strstr(one, "auth"));	/* defaults: no block */
+	free(one);
+	config_free(conf);
+
+	conf = must_parse("auth {\n api-keys\n session lifetime 8h idle 2s\n"
+	    " allowed-origin \"HTTPS://Chat.Example.com:443\"\n"
+	    " allowed-origin \"http://127.0.0.1:3000\"\n}\n");
+	au = &conf->c_auth;
+	assert_int_equal(au->au_session_idle_ms, 2000);
+	assert_int_equal(au->au_session_lifetime_ms, 8 * 3600 * 1000);
+	assert_int_equal(au->au_norigins, 2);
+	assert_string_equal(au->au_origins[0], "https://chat.example.com");
+	assert_string_equal(au->au_origins[1], "http://127.0.0.1:3000");
+	one = print_conf(conf, NULL);
+	assert_non_null(strstr(one, "auth {\n\tapi-keys\n\tsession idle 2s "
+	    "lifetime 8h\n\tallowed-origin \"https://chat.example.com\"\n"
+	    "\tallowed-origin \"http://127.0.0.1:3000\"\n}\n"));
+	/* the children's copy is the same */
+	again = parse_text(one, &errs);
+	assert_string_equal(errs, "");
+	assert_non_null(again);
+	two = print_conf(again, NULL);
+	assert_string_equal(one, two);
+	assert_int_equal(again->c_auth.au_session_idle_ms, 2000);
+	free(one);
+	free(two);
+	free(errs);
+	config_free(again);
+	config_free(conf);
+
+	/* settings alone still make a block, or children would lose them */
+	conf = must_parse("auth { session idle 5m }\n");
+	assert_false(conf->c_auth.au_api_keys);
+	assert_int_equal(conf->c_auth.au_session_lifetime_ms,
+	    12 * 3600 * 1000);
+	one = print_conf(conf, NULL);
+	assert_non_null(strstr(one, "auth {\n\tsession idle 5m lifetime "
+	    "12h\n}\n"));
+	free(one);
+	config_free(conf);
+
+	check_error("auth { session }\n", "t.conf:1: session: expected idle "
+	    "or lifetime");
+	check_error("auth { session idle 1m idle 2m }\n", "t.conf:1: "
+	    "session: duplicate \"idle\"");
+	check_error("auth { session idle 0s }\n", "t.conf:1: session idle: "
+	    "bad duration \"0s\": must be greater than zero");
+	check_error("auth { session lifetime 12 }\n", "t.conf:1: session "
+	    "lifetime: bad duration \"12\": missing unit (ms, s, m, h, d)");
+	check_error("auth {\n session idle 1m\n session lifetime 1h }\n",
+	    "t.conf:3: duplicate \"session\" in auth (first at line 2)");
+	check_error("auth { allowed-origin \"https://x/\" }\n", "t.conf:1: "
+	    "allowed-origin \"https://x/\": expected http:// or https:// and "
+	    "a host with an optional port, nothing more");
+	check_error("auth { allowed-origin \"null\" }\n", "t.conf:1: "
+	    "allowed-origin \"null\": expected http:// or https:// and a "
+	    "host with an optional port, nothing more");
+	check_error("auth { allowed-origin \"*\" }\n", "t.conf:1: "
+	    "allowed-origin \"*\": expected http:// or https:// and a host "
+	    "with an optional port, nothing more");
+	check_error("auth { allowed-origin \"http://a\"\n allowed-origin "
+	    "\"HTTP://A:80\" }\n", "t.conf:2: allowed-origin \"http://a\": "
+	    "listed twice");
+	check_error("auth { allowed-origin https://x }\n", "t.conf:1: "
+	    "expected a quoted string after \"allowed-origin\", got "
+	    "https://x");
+}
+
 /* Printing */
 
 static void
@@ -1304,6 +1387,7 @@ main(void)
 		cmocka_unit_test(test_full_servers),
 		cmocka_unit_test(test_full_toolsets_budgets),
 		cmocka_unit_test(test_full_rules),
+		cmocka_unit_test(test_auth_web),
 		cmocka_unit_test(test_round_trip),
 		cmocka_unit_test(test_print_hostile),
 		cmocka_unit_test(test_print_only_server),
