@@ -8,6 +8,7 @@
 #include <event2/event.h>
 #include <json-c/json.h>
 
+#include "broker/jwt.h"
 #include "broker/mcpbroker.h"
 #include "common/log.h"
 #include "common/sandbox.h"
@@ -86,7 +87,8 @@ child_recv_secret(struct peer *p, struct msg *m, struct json_object *o)
 	(void)m;
 	if (json_get_str(o, "kind", 16, 0, &kind) == -1 ||
 	    json_get_str(o, "name", NAME_MAX_LEN, 0, &name) == -1 ||
-	    json_get_str(o, "value", 65536, 0, &value) == -1 ||
+	    json_get_str(o, "value", strcmp(kind, "jwks") == 0 ? JWKS_MAX :
+	    65536, 0, &value) == -1 ||
 	    ch.nsecrets == sizeof(ch.secrets) / sizeof(ch.secrets[0]))
 		return -1;
 	s = &ch.secrets[ch.nsecrets++];
@@ -114,6 +116,9 @@ child_secrets_apply(struct mcpbroker_conf *conf)
 		else if (strcmp(ch.secrets[i].sr_kind, "server") == 0 &&
 		    (srv = config_find_server(conf, ch.secrets[i].sr_name)))
 			ref = &srv->srv_bearer;
+		else if (strcmp(ch.secrets[i].sr_kind, "jwks") == 0 &&
+		    conf->c_auth.au_jwt)
+			ref = &conf->c_auth.au_jwt_conf.jw_jwks;
 		if (ref == NULL || ref->sr_kind == SECRET_NONE)
 			return -1;
 		free(ref->sr_value);

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "broker/config.h"
+#include "broker/jwt.h"
 
 #define SECRET_MAX	(64 * 1024)
 
@@ -319,10 +320,16 @@ print_auth(FILE *fp, const struct auth_conf *au)
 		fputs(" audience ", fp);
 		print_str(fp, jw->jw_audience);
 		fputs(" jwks-file ", fp);
-		print_str(fp, jw->jw_jwks_file);
+		print_str(fp, jw->jw_jwks.sr_ref);
 		fputs(" roles-claim ", fp);
 		print_str(fp, jw->jw_roles_claim != NULL ?
 		    jw->jw_roles_claim : "roles");
+		fputs(" tenant-claim ", fp);
+		print_str(fp, jw->jw_tenant_claim != NULL ?
+		    jw->jw_tenant_claim : "tenant");
+		fputs(" user-claim ", fp);
+		print_str(fp, jw->jw_user_claim != NULL ?
+		    jw->jw_user_claim : "sub");
 		fputc('\n', fp);
 	}
 	print_auth_web(fp, au);
@@ -522,9 +529,9 @@ secret_clear(struct secret_ref *sr)
 	}
 }
 
-/* Read a secret file (bounded: SECRET_MAX and a little) into a string. */
+/* Read a secret file (bounded: max and a little) into a string. */
 static int
-secret_read_file(const char *path, char **out, size_t *outlen,
+secret_read_file(const char *path, size_t max, char **out, size_t *outlen,
     const char **why)
 {
 	struct stat	 st;
@@ -545,13 +552,13 @@ secret_read_file(const char *path, char **out, size_t *outlen,
 		*why = "not a regular file";
 		return -1;
 	}
-	if ((buf = malloc(SECRET_MAX + 3)) == NULL) {
+	if ((buf = malloc(max + 3)) == NULL) {
 		close(fd);
 		return -1;
 	}
 	/* room for a line ending, and one byte more to spot a large file */
-	while (len < SECRET_MAX + 2) {
-		n = read(fd, buf + len, SECRET_MAX + 2 - len);
+	while (len < max + 2) {
+		n = read(fd, buf + len, max + 2 - len);
 		if (n == -1 && errno == EINTR)
 			continue;
 		if (n <= 0)
@@ -619,7 +626,8 @@ secret_load(struct secret_ref *sr, const char *kwbase, FILE *errs)
 			    sr->sr_line, kwbase, sr->sr_ref, strerror(errno));
 			return -1;
 		}
-	} else if (secret_read_file(sr->sr_ref, &v, &len, &why) == -1) {
+	} else if (secret_read_file(sr->sr_ref, SECRET_MAX, &v, &len,
+	    &why) == -1) {
 		e = errno;
 		fprintf(errs, "%s:%d: %s-file \"%s\": %s\n", sr->sr_file,
 		    sr->sr_line, kwbase, sr->sr_ref, why != NULL ? why :
@@ -630,6 +638,45 @@ secret_load(struct secret_ref *sr, const char *kwbase, FILE *errs)
 		fprintf(errs, "%s:%d: %s-%s \"%s\": %s\n", sr->sr_file,
 		    sr->sr_line, kwbase, sr->sr_kind == SECRET_FILE ? "file" :
 		    "env", sr->sr_ref, why);
+		explicit_bzero(v, len);
+		free(v);
+		return -1;
+	}
+	sr->sr_value = v;
+	return 0;
+}
+
+/*
+ * The JWKS is JSON, lines and all, so it is checked as a JWKS rather than
+ * as a header value: here, so that `mcpbroker -n` and a reload refuse a key
+ * set the controller could not use.
+ */
+static int
+jwks_load(struct secret_ref *sr, FILE *errs)
+{
+	struct jwt_keys	*keys;
+	const char	*why = NULL;
+	char		*v = NULL, reason[256];
+	size_t		 len;
+	int		 e;
+
+	secret_clear(sr);
+	if (secret_read_file(sr->sr_ref, JWKS_MAX, &v, &len, &why) == -1) {
+		e = errno;
+		fprintf(errs, "%s:%d: jwks-file \"%s\": %s\n", sr->sr_file,
+		    sr->sr_line, sr->sr_ref, why != NULL ? why : strerror(e));
+		return -1;
+	}
+	reason[0] = '\0';
+	if (len > JWKS_MAX)
+		snprintf(reason, sizeof(reason), "larger than 1 MiB");
+	else if (strlen(v) != len)
+		snprintf(reason, sizeof(reason), "contains a NUL byte");
+	else if ((keys = jwt_keys_parse(v, reason, sizeof(reason))) != NULL)
+		jwt_keys_free(keys);
+	if (reason[0] != '\0') {
+		fprintf(errs, "%s:%d: jwks-file \"%s\": %s\n", sr->sr_file,
+		    sr->sr_line, sr->sr_ref, reason);
 		explicit_bzero(v, len);
 		free(v);
 		return -1;
@@ -651,6 +698,9 @@ config_load_secrets(struct mcpbroker_conf *conf, FILE *errs)
 	TAILQ_FOREACH(srv, &conf->c_servers, srv_entry)
 		if (secret_load(&srv->srv_bearer, "bearer-token", errs) == -1)
 			rv = -1;
+	if (conf->c_auth.au_jwt &&
+	    jwks_load(&conf->c_auth.au_jwt_conf.jw_jwks, errs) == -1)
+		rv = -1;
 	return rv;
 }
 
@@ -781,8 +831,10 @@ config_free(struct mcpbroker_conf *conf)
 	jw = &conf->c_auth.au_jwt_conf;
 	free(jw->jw_issuer);
 	free(jw->jw_audience);
-	free(jw->jw_jwks_file);
+	secret_free(&jw->jw_jwks);
 	free(jw->jw_roles_claim);
+	free(jw->jw_tenant_claim);
+	free(jw->jw_user_claim);
 	strv_free(conf->c_auth.au_origins, conf->c_auth.au_norigins);
 	free(conf->c_user);
 	free(conf->c_state_dir);

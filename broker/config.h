@@ -47,11 +47,18 @@ struct listen_conf {
 };
 TAILQ_HEAD(listen_list, listen_conf);
 
+/*
+ * The JWKS travels like a secret: the parent reads jwks-file (sr_ref) into
+ * sr_value and sends it to the controller, which never opens files.  An
+ * "oct" key in it is a shared secret.
+ */
 struct jwt_conf {
 	char			*jw_issuer;
 	char			*jw_audience;
-	char			*jw_jwks_file;
+	struct secret_ref	 jw_jwks;		/* jwks-file "PATH" */
 	char			*jw_roles_claim;	/* default "roles" */
+	char			*jw_tenant_claim;	/* default "tenant" */
+	char			*jw_user_claim;		/* default "sub" */
 };
 
 struct auth_conf {

@@ -21,6 +21,7 @@
 #include "broker/controller_audit.h"
 #include "broker/controller_session.h"
 #include "broker/controller_store.h"
+#include "broker/jwt.h"
 #include "broker/mcpbroker.h"
 #include "common/http_client.h"
 #include "common/log.h"
@@ -75,6 +76,7 @@ static struct {
 	uint64_t		 next_call;
 	struct http_client	*http;		/* to the LLM providers */
 	int			 store_open;
+	struct jwt_keys		*jwt;		/* auth { jwt }: its JWKS */
 } ctl;
 
 static int	controller_recv_peer(struct peer *, struct msg *,
@@ -549,6 +551,12 @@ controller_conf(void)
 	return ctl.conf;
 }
 
+const struct jwt_keys *
+controller_jwt_keys(void)
+{
+	return ctl.jwt;
+}
+
 struct http_client *
 controller_http(void)
 {
@@ -892,7 +900,19 @@ controller_configure(struct mcpbroker_conf *conf, int reload)
 {
 	struct worker_link	*wl, *next;
 	struct server_conf	*srv;
+	struct jwt_keys		*jwt = NULL;
+	char			 why[256];
 
+	/* The parent checked the key set; failing here changes nothing. */
+	if (conf->c_auth.au_jwt && (jwt = jwt_keys_parse(
+	    conf->c_auth.au_jwt_conf.jw_jwks.sr_value != NULL ?
+	    conf->c_auth.au_jwt_conf.jw_jwks.sr_value : "", why,
+	    sizeof(why))) == NULL) {
+		log_warnx("jwks-file: %s", why);
+		return -1;
+	}
+	jwt_keys_free(ctl.jwt);
+	ctl.jwt = jwt;
 	TAILQ_FOREACH_SAFE(wl, &ctl.workers, wl_entry, next)
 		if (config_find_server(conf, wl->wl_name) == NULL)
 			worker_link_free(wl);

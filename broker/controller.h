@@ -11,6 +11,7 @@
 
 struct json_object;
 struct http_client;
+struct jwt_keys;
 struct worker_link;
 
 /* done runs once: with a CallToolResult, or with an error {code, message}. */
@@ -18,6 +19,8 @@ typedef void	(*tool_call_fn)(struct json_object *result,
 		    struct json_object *error, void *arg);
 
 struct mcpbroker_conf	*controller_conf(void);
+/* The key set of auth { jwt }, or NULL without one. */
+const struct jwt_keys	*controller_jwt_keys(void);
 struct http_client	*controller_http(void);
 
 struct worker_link	*controller_worker(const char *server);

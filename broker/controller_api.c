@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
@@ -17,6 +18,7 @@
 #include "broker/controller_audit.h"
 #include "broker/controller_session.h"
 #include "broker/controller_store.h"
+#include "broker/jwt.h"
 #include "broker/websec.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -436,14 +438,17 @@ cookie_user(uint64_t id, const char *peer, struct web_req *wr,
 
 /*
  * Who is calling.  With `auth { api-keys }` that is the owner of the key
- * the request carries, and nobody without one; without an auth block the
- * broker is a single-user development install: everyone is "dev".
+ * the request carries, with `auth { jwt }` the user a token names that
+ * the configured key set verifies, and nobody without either; without an
+ * auth block the broker is a single-user development install: everyone is
+ * "dev".
  */
 /*
- * Refused keys, counted per client address: a bucket of FAIL_BURST that
- * refills one every FAIL_REFILL_MS.  An empty bucket turns 401 into 429
- * (and stops one audit row per attempt); a valid key still works, since
- * checking one costs a hash, and the address may be shared (NAT, proxy).
+ * Refused keys and tokens, counted per client address: a bucket of
+ * FAIL_BURST that refills one every FAIL_REFILL_MS.  An empty bucket turns
+ * 401 into 429 (and stops one audit row per attempt); a valid credential
+ * still works, since checking one costs a hash or a signature check, and
+ * the address may be shared (NAT, proxy).
  */
 #define FAIL_BURST	10
 #define FAIL_REFILL_MS	6000
@@ -483,29 +488,56 @@ fail_bucket(const char *addr)
 }
 
 static void
-auth_refused(uint64_t id, const char *peer)
+credential_refused(uint64_t id, const char *peer, const char *reason,
+    const char *message)
 {
 	struct fail_bucket	*fb = fail_bucket(peer != NULL ? peer : "?");
 	struct json_object	*d;
 
 	if (fb->fb_tokens < 1) {
-		api_error(id, 429, "too_many_failures", "too many refused API "
-		    "keys from this address; wait a minute");
+		api_error(id, 429, "too_many_failures", "too many refused "
+		    "credentials from this address; wait a minute");
 		return;
 	}
 	fb->fb_tokens -= 1;
-	log_info("api: a request with an unknown API key from %s",
-	    peer != NULL ? peer : "?");
+	log_info("api: refused credential from %s: %s",
+	    peer != NULL ? peer : "?", reason);
 	d = json_object_new_object();
 	json_object_object_add(d, "result", json_object_new_string("failure"));
-	json_object_object_add(d, "reason", json_object_new_string(
-	    "unknown API key"));
+	json_object_object_add(d, "reason", json_object_new_string(reason));
 	if (peer != NULL)
 		json_object_object_add(d, "address", json_object_new_string(
 		    peer));
 	(void)audit_append(AUDIT_KIND_AUTH, NULL, NULL, d);
 	json_object_put(d);
-	api_error(id, 401, "unauthorized", "the API key is not valid");
+	api_error(id, 401, "unauthorized", "%s", message);
+}
+
+static void
+auth_refused(uint64_t id, const char *peer)
+{
+	credential_refused(id, peer, "unknown API key",
+	    "the API key is not valid");
+}
+
+/*
+ * A JWT from the identity provider: its claims are the identity.  The
+ * reason jwt_verify gives never quotes the token, so the caller, the log
+ * and the trail may all have it.
+ */
+static const struct store_user *
+token_user(uint64_t id, const char *token, const char *peer,
+    struct store_user *su)
+{
+	char	why[256], reason[300];
+
+	if (jwt_verify(controller_jwt_keys(),
+	    &controller_conf()->c_auth.au_jwt_conf, token, time(NULL), su,
+	    why, sizeof(why)) == 0)
+		return su;
+	snprintf(reason, sizeof(reason), "invalid token: %s", why);
+	credential_refused(id, peer, reason, reason);
+	return NULL;
 }
 
 static const struct store_user *
@@ -513,22 +545,28 @@ authenticate(uint64_t id, const char *credential, const char *peer,
     struct web_req *wr, struct store_user *su)
 {
 	static const struct store_user dev = { DEV_USER, "default", "" };
+	const struct auth_conf	*au = &controller_conf()->c_auth;
 
-	if (controller_conf()->c_auth.au_jwt &&
-	    !controller_conf()->c_auth.au_api_keys) {
-		/* Configured, but not available here: nobody gets in. */
-		api_error(id, 401, "unauthorized", "JWT authentication is not "
-		    "available in this version; configure auth { api-keys }");
-		return NULL;
-	}
-	if (!controller_conf()->c_auth.au_api_keys)
+	if (!au->au_api_keys && !au->au_jwt)
 		return &dev;
 	/* A bearer token, when there is one, decides alone. */
 	if (credential == NULL && wr->wr_cookie != NULL)
 		return cookie_user(id, peer, wr, su);
 	if (credential == NULL) {
-		api_error(id, 401, "unauthorized", "send your API key as "
-		    "Authorization: Bearer KEY");
+		api_error(id, 401, "unauthorized", "send your %s as "
+		    "Authorization: Bearer %s", !au->au_jwt ? "API key" :
+		    au->au_api_keys ? "API key or token" : "token",
+		    !au->au_jwt ? "KEY" : "TOKEN");
+		return NULL;
+	}
+	/* Our keys say what they are; anything else can only be a token. */
+	if (au->au_jwt && strncmp(credential, KEY_PREFIX,
+	    strlen(KEY_PREFIX)) != 0)
+		return token_user(id, credential, peer, su);
+	if (!au->au_api_keys) {
+		credential_refused(id, peer, "API key not accepted", "API keys "
+		    "are not accepted here; send a token from the identity "
+		    "provider");
 		return NULL;
 	}
 	if (store_authenticate(credential, su) == -1) {

@@ -208,11 +208,15 @@ send_secrets(struct child_proc *cp)
 	struct provider_conf	*pv;
 	struct server_conf	*srv;
 
-	if (cp->cp_kind == PROC_CONTROLLER)
+	if (cp->cp_kind == PROC_CONTROLLER) {
 		TAILQ_FOREACH(pv, &parent.conf->c_providers, pv_entry)
 			send_secret(cp, "provider", pv->pv_name,
 			    &pv->pv_api_key);
-	else if (cp->cp_kind == PROC_WORKER &&
+		/* the key set bearer tokens are checked against */
+		if (parent.conf->c_auth.au_jwt)
+			send_secret(cp, "jwks", "jwt",
+			    &parent.conf->c_auth.au_jwt_conf.jw_jwks);
+	} else if (cp->cp_kind == PROC_WORKER &&
 	    (srv = config_find_server(parent.conf, cp->cp_name)) != NULL)
 		send_secret(cp, "server", srv->srv_name, &srv->srv_bearer);
 }

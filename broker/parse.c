@@ -1773,25 +1773,43 @@ au_api_keys(struct parser *p, struct blk *b)
 	return 0;
 }
 
-/* jwt issuer "X" audience "Y" jwks-file "F" [roles-claim "C"] */
+/* A claim name: printable, and short enough to be a name. */
+static int
+valid_claim(const char *s)
+{
+	size_t	i;
+
+	for (i = 0; s[i] != '\0'; i++)
+		if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
+			return 0;
+	return i > 0 && i <= 64;
+}
+
+/*
+ * jwt issuer "X" audience "Y" jwks-file "F" [roles-claim "C"]
+ *     [tenant-claim "C"] [user-claim "C"]
+ */
 static int
 au_jwt(struct parser *p, struct blk *b)
 {
 	static const char *opt[] = { "issuer", "audience", "jwks-file",
-	    "roles-claim" };
+	    "roles-claim", "tenant-claim", "user-claim" };
+	static const char *dflt[] = { NULL, NULL, NULL, "roles", "tenant",
+	    "sub" };
 	struct jwt_conf	*jw = &p->p_conf->c_auth.au_jwt_conf;
-	char		**dst[4] = { &jw->jw_issuer, &jw->jw_audience,
-			    &jw->jw_jwks_file, &jw->jw_roles_claim };
+	char		**dst[6] = { &jw->jw_issuer, &jw->jw_audience,
+			    &jw->jw_jwks.sr_ref, &jw->jw_roles_claim,
+			    &jw->jw_tenant_claim, &jw->jw_user_claim };
 	struct token	*t;
-	char		*v;
-	int		 i, have[4] = { 0, 0, 0, 0 };
+	char		*v, q[QBUF];
+	int		 i, line, have[6] = { 0, 0, 0, 0, 0, 0 };
 
 	p->p_conf->c_auth.au_jwt = 1;
 	for (;;) {
 		t = peek(p);
-		for (i = 0; i < 4 && !is_kw(t, opt[i]); i++)
+		for (i = 0; i < 6 && !is_kw(t, opt[i]); i++)
 			;
-		if (i == 4)
+		if (i == 6)
 			break;
 		if (have[i]) {
 			perr(p, t->tk_line, "jwt: duplicate \"%s\"", opt[i]);
@@ -1799,15 +1817,26 @@ au_jwt(struct parser *p, struct blk *b)
 		}
 		have[i] = 1;
 		consume(p);
-		if (get_string(p, opt[i], &v, NULL) == -1)
+		if (get_string(p, opt[i], &v, &line) == -1)
 			return -1;
+		if (i >= 3 && !valid_claim(v))
+			perr(p, line, "jwt: bad %s %s: use 1-64 printable "
+			    "characters", opt[i], quote(v, q, sizeof(q)));
+		else if (i < 3 && *v == '\0')
+			perr(p, line, "jwt: %s is empty", opt[i]);
+		if (i == 2) {
+			jw->jw_jwks.sr_kind = SECRET_FILE;
+			jw->jw_jwks.sr_line = line;
+			set_str(&jw->jw_jwks.sr_file, xstrdup(cur(p)->fr_name));
+		}
 		set_str(dst[i], v);
 	}
-	for (i = 0; i < 3; i++)
-		if (!have[i])
+	for (i = 0; i < 6; i++) {
+		if (!have[i] && dflt[i] == NULL)
 			perr(p, b->b_line, "jwt: missing %s", opt[i]);
-	if (jw->jw_roles_claim == NULL)
-		jw->jw_roles_claim = xstrdup("roles");
+		else if (*dst[i] == NULL && dflt[i] != NULL)
+			*dst[i] = xstrdup(dflt[i]);
+	}
 	return 0;
 }
 

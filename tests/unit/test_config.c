@@ -21,6 +21,7 @@
 #include <cmocka.h>
 
 #include "broker/config.h"
+#include "broker/jwt.h"
 
 static char	 data_dir[512];
 
@@ -226,8 +227,13 @@ test_full_globals(void **state)
 	jw = &conf->c_auth.au_jwt_conf;
 	assert_string_equal(jw->jw_issuer, "https://idp.example.com");
 	assert_string_equal(jw->jw_audience, "mcpbroker");
-	assert_string_equal(jw->jw_jwks_file, "/etc/mcpbroker/jwks.json");
+	assert_string_equal(jw->jw_jwks.sr_ref, "/etc/mcpbroker/jwks.json");
 	assert_string_equal(jw->jw_roles_claim, "groups");
+	assert_string_equal(jw->jw_tenant_claim, "org");
+	assert_string_equal(jw->jw_user_claim, "sub");	/* the default */
+	assert_int_equal(jw->jw_jwks.sr_kind, SECRET_FILE);
+	assert_int_equal(jw->jw_jwks.sr_line, 21);
+	assert_null(jw->jw_jwks.sr_value);
 
 	lm = &conf->c_limits;
 	assert_int_equal(lm->lm_tool_rounds, 12);
@@ -551,6 +557,9 @@ test_round_trip(void **state)
 	    "\"acme \\\"quoted\\\" \\\\ tab\\there\"\n"));
 	assert_non_null(strstr(one, "confirm role \"ops\" tool \"shell_2.*\" "
 	    "rate 10/minute\n"));
+	assert_non_null(strstr(one, "\tjwt issuer \"https://idp.example.com\" "
+	    "audience \"mcpbroker\" jwks-file \"/etc/mcpbroker/jwks.json\" "
+	    "roles-claim \"groups\" tenant-claim \"org\" user-claim \"sub\"\n"));
 	assert_null(strstr(one, "$"));
 	assert_null(strstr(one, "include"));
 	free(one);
@@ -1006,6 +1015,19 @@ static const struct err_case block_errors[] = {
 	    "t.conf:2: jwt: missing jwks-file" },
 	{ "auth { jwt audience \"a\" jwks-file \"/j\" }\n",
 	    "t.conf:1: jwt: missing issuer" },
+	{ "auth { jwt issuer \"\" audience \"a\" jwks-file \"/j\" }\n",
+	    "t.conf:1: jwt: issuer is empty" },
+	{ "auth { jwt issuer \"i\" audience \"a\" jwks-file \"/j\"\n"
+	    " tenant-claim \"\" }\n",
+	    "t.conf:2: jwt: bad tenant-claim \"\": use 1-64 printable "
+	    "characters" },
+	{ "auth { jwt issuer \"i\" audience \"a\" jwks-file \"/j\" "
+	    "user-claim \"a\\nb\" }\n",
+	    "t.conf:1: jwt: bad user-claim \"a\\nb\": use 1-64 printable "
+	    "characters" },
+	{ "auth { jwt issuer \"i\" audience \"a\" jwks-file \"/j\" "
+	    "user-claim \"u\" user-claim \"v\" }\n",
+	    "t.conf:1: jwt: duplicate \"user-claim\"" },
 	{ "auth { }\nauth { }\n", "t.conf:2: duplicate auth block (first at "
 	    "t.conf:1)" },
 	{ NULL, NULL },
@@ -1341,6 +1363,80 @@ test_secrets(void **state)
 	rmdir(dir);
 }
 
+/* The JWKS is read by the parent and checked as a key set. */
+static void
+test_jwks_file(void **state)
+{
+	static const char *const bad[][2] = {
+		{ "{\"keys\": [", "not a JSON object" },
+		{ "{\"keys\": []}", "no usable key (\"oct\" for HS256, "
+		    "\"RSA\" for RS256, \"EC\" P-256 for ES256)" },
+		{ "{\"keys\": [{\"kty\": \"oct\", \"k\": \"AAAA\"}]}",
+		    "keys[0]: an HS256 key needs 32 to 1024 bytes, not 3" },
+		{ "[]", "not a JSON object" },
+	};
+	struct mcpbroker_conf	*conf;
+	char			 dir[] = "/tmp/test_config.XXXXXX";
+	char			 path[256], text[1024], want[1024], *errs;
+	char			*out, *big;
+	const char		*good = "{\"keys\": [{\"kty\": \"oct\", \"kid\": "
+				    "\"h\",\n \"k\": \"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
+				    "AAAAAAA\"}]}\n";
+	size_t			 i;
+
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/jwks.json", dir);
+	snprintf(text, sizeof(text), "auth {\n jwt issuer \"i\" audience \"a\"\n"
+	    " jwks-file \"%s\" }\n", path);
+	write_file(path, good, strlen(good));
+	conf = must_parse(text);
+	assert_int_equal(load_secrets(conf, &errs), 0);
+	assert_string_equal(errs, "");
+	free(errs);
+	/* the text as it is, line endings and all: it is JSON, not a header */
+	assert_string_equal(conf->c_auth.au_jwt_conf.jw_jwks.sr_value, good);
+	out = print_conf(conf, NULL);
+	assert_null(strstr(out, "AAAAAAAA"));
+	free(out);
+	config_free(conf);
+
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		write_file(path, bad[i][0], strlen(bad[i][0]));
+		conf = must_parse(text);
+		assert_int_equal(load_secrets(conf, &errs), -1);
+		snprintf(want, sizeof(want), "t.conf:3: jwks-file \"%s\": %s\n",
+		    path, bad[i][1]);
+		assert_string_equal(errs, want);
+		assert_null(conf->c_auth.au_jwt_conf.jw_jwks.sr_value);
+		free(errs);
+		config_free(conf);
+	}
+
+	/* 1 MiB is the cap */
+	assert_non_null(big = malloc(JWKS_MAX + 2));
+	memset(big, ' ', JWKS_MAX + 2);
+	write_file(path, big, JWKS_MAX + 2);
+	free(big);
+	conf = must_parse(text);
+	assert_int_equal(load_secrets(conf, &errs), -1);
+	snprintf(want, sizeof(want), "t.conf:3: jwks-file \"%s\": larger than "
+	    "1 MiB\n", path);
+	assert_string_equal(errs, want);
+	free(errs);
+	config_free(conf);
+
+	unlink(path);
+	conf = must_parse(text);
+	assert_int_equal(load_secrets(conf, &errs), -1);
+	snprintf(want, sizeof(want), "t.conf:3: jwks-file \"%s\": No such "
+	    "file or directory\n", path);
+	assert_string_equal(errs, want);
+	free(errs);
+	config_free(conf);
+	rmdir(dir);
+}
+
 static void
 test_strings(void **state)
 {
@@ -1407,6 +1503,7 @@ main(void)
 		cmocka_unit_test(test_garbage),
 		cmocka_unit_test(test_truncated),
 		cmocka_unit_test(test_secrets),
+		cmocka_unit_test(test_jwks_file),
 		cmocka_unit_test(test_strings),
 	};
 	const char	*d;
