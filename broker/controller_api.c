@@ -18,6 +18,7 @@
 #include "broker/controller_audit.h"
 #include "broker/controller_session.h"
 #include "broker/controller_store.h"
+#include "broker/mcpbroker.h"
 #include "broker/jwt.h"
 #include "broker/websec.h"
 #include "common/log.h"
@@ -810,7 +811,8 @@ api_request(uint64_t id, struct json_object *req)
 
 	if (json_get_str(req, "method", 8, 0, &method) == -1 ||
 	    json_get_str(req, "path", PATH_MAX_LEN, 0, &path) == -1 ||
-	    json_get_str(req, "credential", 255, 1, &credential) == -1 ||
+	    json_get_str(req, "credential", CREDENTIAL_MAX, 1,
+	    &credential) == -1 ||
 	    (json_object_object_get_ex(req, "body", &body) &&
 	    !json_object_is_type(body, json_type_object))) {
 		api_error(id, 400, "bad_request", "malformed request");

@@ -406,6 +406,13 @@ route_api(struct evhttp_request *req, int tls)
 
 	if (web_headers(req, tls, &wh) == -1)
 		return;
+	auth = evhttp_find_header(evhttp_request_get_input_headers(req),
+	    "Authorization");
+	if (auth != NULL && strlen(auth) > CREDENTIAL_MAX + 7) {
+		reply_error(req, 401, "Unauthorized", "unauthorized", "the "
+		    "Authorization header is too long (the limit is 8 KiB)");
+		return;
+	}
 	if (len > 0 && (body = json_parse_object((const char *)evbuffer_pullup(
 	    in, len), len)) == NULL) {
 		reply_error(req, 400, "Bad Request", "invalid_json",
@@ -427,9 +434,7 @@ route_api(struct evhttp_request *req, int tls)
 	if (addr != NULL)
 		json_object_object_add(payload, "peer",
 		    json_object_new_string(addr));
-	if ((auth = evhttp_find_header(evhttp_request_get_input_headers(req),
-	    "Authorization")) != NULL && strncasecmp(auth, "Bearer ", 7) == 0 &&
-	    strlen(auth + 7) < 256)
+	if (auth != NULL && strncasecmp(auth, "Bearer ", 7) == 0)
 		json_object_object_add(payload, "credential",
 		    json_object_new_string(auth + 7));
 	if (wh.wh_cookie[0] != '\0')

@@ -62,5 +62,7 @@ int	child_recv_start(struct peer *, struct msg *, struct json_object *);
 
 #define CONF_TEXT_MAX	(4u * 1024 * 1024)
 #define NAME_MAX_LEN	64
+/* A bearer credential: an API key, or a JWT (JWT_TOKEN_MAX in jwt.h). */
+#define CREDENTIAL_MAX	8192
 
 #endif
