@@ -65,7 +65,7 @@ isolation_str(enum server_isolation i)
 	return "unknown";
 }
 
-static const char *
+const char *
 budget_scope_str(enum budget_scope s)
 {
 	switch (s) {
@@ -79,7 +79,7 @@ budget_scope_str(enum budget_scope s)
 	return "unknown";
 }
 
-static const char *
+const char *
 budget_metric_str(enum budget_metric m)
 {
 	switch (m) {
@@ -117,6 +117,17 @@ config_find_provider(const struct mcpbroker_conf *conf, const char *name)
 		if (strcmp(pv->pv_name, name) == 0)
 			return pv;
 	return NULL;
+}
+
+uint64_t
+config_retention(const struct mcpbroker_conf *conf, const char *tenant)
+{
+	const struct retention_conf	*rt;
+
+	TAILQ_FOREACH(rt, &conf->c_retentions, rt_entry)
+		if (strcmp(rt->rt_tenant, tenant) == 0)
+			return rt->rt_ms;
+	return conf->c_retention_ms;
 }
 
 unsigned int
@@ -441,6 +452,33 @@ print_budget(FILE *fp, const struct budget_conf *bg)
 }
 
 static const char *
+fmt_retention(uint64_t ms, char *b, size_t sz)
+{
+	return ms == 0 ? "forever" : fmt_duration(ms, b, sz);
+}
+
+/*
+ * Stored conversations: not in print_globals, so that a change reaches
+ * the controller on reload without restarting every worker.
+ */
+static void
+print_storage(FILE *fp, const struct mcpbroker_conf *conf)
+{
+	const struct retention_conf	*rt;
+	char				 b[32];
+
+	fprintf(fp, "store-tool-results %s\n", conf->c_store_tool_results ?
+	    "yes" : "no");
+	fprintf(fp, "retention %s\n", fmt_retention(conf->c_retention_ms, b,
+	    sizeof(b)));
+	TAILQ_FOREACH(rt, &conf->c_retentions, rt_entry) {
+		fputs("retention tenant ", fp);
+		print_str(fp, rt->rt_tenant);
+		fprintf(fp, " %s\n", fmt_retention(rt->rt_ms, b, sizeof(b)));
+	}
+}
+
+static const char *
 rate_period_str(unsigned int secs)
 {
 	switch (secs) {
@@ -512,6 +550,7 @@ config_print(FILE *fp, const struct mcpbroker_conf *conf,
 		print_toolset(fp, ts);
 	TAILQ_FOREACH(bg, &conf->c_budgets, bg_entry)
 		print_budget(fp, bg);
+	print_storage(fp, conf);
 	/* rule order is meaningful: first match wins */
 	TAILQ_FOREACH(r, &conf->c_rules, pr_entry)
 		print_rule(fp, r);
@@ -790,6 +829,7 @@ config_free(struct mcpbroker_conf *conf)
 	struct server_conf	*srv;
 	struct toolset_conf	*ts;
 	struct budget_conf	*bg;
+	struct retention_conf	*rt;
 	struct policy_rule	*r;
 	struct jwt_conf		*jw;
 
@@ -823,6 +863,12 @@ config_free(struct mcpbroker_conf *conf)
 		free(bg->bg_subject);
 		free(bg->bg_file);
 		free(bg);
+	}
+	while ((rt = TAILQ_FIRST(&conf->c_retentions)) != NULL) {
+		TAILQ_REMOVE(&conf->c_retentions, rt, rt_entry);
+		free(rt->rt_tenant);
+		free(rt->rt_file);
+		free(rt);
 	}
 	while ((r = TAILQ_FIRST(&conf->c_rules)) != NULL) {
 		TAILQ_REMOVE(&conf->c_rules, r, pr_entry);

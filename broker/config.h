@@ -202,6 +202,16 @@ struct budget_conf {
 };
 TAILQ_HEAD(budget_list, budget_conf);
 
+/* retention tenant "NAME" DURATION|forever: overrides the default. */
+struct retention_conf {
+	TAILQ_ENTRY(retention_conf) rt_entry;
+	char			*rt_tenant;
+	uint64_t		 rt_ms;		/* 0: kept forever */
+	int			 rt_line;
+	char			*rt_file;
+};
+TAILQ_HEAD(retention_list, retention_conf);
+
 struct mcpbroker_conf {
 	char			*c_user;
 	char			*c_state_dir;
@@ -213,6 +223,9 @@ struct mcpbroker_conf {
 	struct toolset_list	 c_toolsets;
 	struct limits_conf	 c_limits;
 	struct budget_list	 c_budgets;
+	uint64_t		 c_retention_ms;	/* 0: kept forever */
+	struct retention_list	 c_retentions;		/* per tenant */
+	int			 c_store_tool_results;	/* else a summary */
 	struct policy_rule_list	 c_rules;
 };
 
@@ -250,5 +263,10 @@ const char		*provider_base_url(const struct provider_conf *);
 const char		*provider_type_str(enum provider_type);
 const char		*transport_str(enum server_transport);
 const char		*isolation_str(enum server_isolation);
+const char		*budget_scope_str(enum budget_scope);
+const char		*budget_metric_str(enum budget_metric);
+/* A tenant's conversations are kept this long (ms); 0: forever. */
+uint64_t		 config_retention(const struct mcpbroker_conf *,
+			    const char *tenant);
 
 #endif

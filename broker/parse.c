@@ -105,6 +105,8 @@ struct parser {
 	struct where		 p_control_at;
 	struct where		 p_auth_at;
 	struct where		 p_limits_at;
+	struct where		 p_retention_at;
+	struct where		 p_store_results_at;
 };
 
 struct blk;
@@ -2311,6 +2313,90 @@ top_budget(struct parser *p, struct blk *b)
 	return rv;
 }
 
+/* A retention period: a duration, or forever (0). */
+static int
+retention_value(struct parser *p, const char *kw, uint64_t *ms)
+{
+	char	*v;
+	int	 line, rv = 0;
+
+	if (get_value(p, kw, &v, &line) == -1)
+		return -1;
+	if (strcmp(v, "forever") == 0)
+		*ms = 0;
+	else
+		rv = parse_duration(p, line, "retention", v, ms);
+	free(v);
+	return rv;
+}
+
+/* retention tenant "NAME" DURATION|forever */
+static int
+retention_tenant(struct parser *p, struct blk *b)
+{
+	struct retention_conf	*rt, *o;
+	char			 q[QBUF];
+
+	rt = xcalloc(1, sizeof(*rt));
+	rt->rt_line = b->b_line;
+	rt->rt_file = xstrdup(cur(p)->fr_name);
+	if (get_string(p, "tenant", &rt->rt_tenant, NULL) == -1 ||
+	    retention_value(p, rt->rt_tenant, &rt->rt_ms) == -1) {
+		TAILQ_INSERT_TAIL(&p->p_trash->c_retentions, rt, rt_entry);
+		return -1;
+	}
+	TAILQ_FOREACH(o, &p->p_conf->c_retentions, rt_entry)
+		if (strcmp(o->rt_tenant, rt->rt_tenant) == 0) {
+			perr(p, rt->rt_line, "duplicate retention tenant %s "
+			    "(first at %s:%d)", quote(rt->rt_tenant, q,
+			    sizeof(q)), o->rt_file, o->rt_line);
+			TAILQ_INSERT_TAIL(&p->p_trash->c_retentions, rt,
+			    rt_entry);
+			return 0;
+		}
+	TAILQ_INSERT_TAIL(&p->p_conf->c_retentions, rt, rt_entry);
+	return 0;
+}
+
+/*
+ * retention DURATION|forever: how long a conversation is kept after its
+ * last message; retention tenant "NAME" ... for one tenant.
+ */
+static int
+top_retention(struct parser *p, struct blk *b)
+{
+	uint64_t	ms;
+
+	if (is_kw(peek(p), "tenant")) {
+		consume(p);
+		return retention_tenant(p, b);
+	}
+	if (retention_value(p, "retention", &ms) == -1)
+		return -1;
+	if (once(p, &p->p_retention_at, b->b_line, "retention") == 0)
+		p->p_conf->c_retention_ms = ms;
+	return 0;
+}
+
+/* store-tool-results yes|no: whole results in stored conversations. */
+static int
+top_store_results(struct parser *p, struct blk *b)
+{
+	char	*v, q[QBUF];
+	int	 line;
+
+	if (get_value(p, "store-tool-results", &v, &line) == -1)
+		return -1;
+	if (strcmp(v, "yes") != 0 && strcmp(v, "no") != 0)
+		perr(p, line, "store-tool-results: expected yes or no, got %s",
+		    quote(v, q, sizeof(q)));
+	else if (once(p, &p->p_store_results_at, b->b_line,
+	    "store-tool-results") == 0)
+		p->p_conf->c_store_tool_results = strcmp(v, "yes") == 0;
+	free(v);
+	return 0;
+}
+
 /* Policy rules */
 
 /* where ARG prefix|equals|matches "VALUE" | where ARG max-length N */
@@ -2643,6 +2729,8 @@ static const struct kw top_kw[] = {
 	{ "toolset", top_toolset, 1 },
 	{ "limits", top_limits, 1 },
 	{ "budget", top_budget, 1 },
+	{ "retention", top_retention, 1 },
+	{ "store-tool-results", top_store_results, 1 },
 	{ "allow", top_allow, 1 },
 	{ "deny", top_deny, 1 },
 	{ "confirm", top_confirm, 1 },
@@ -2792,6 +2880,7 @@ conf_new(void)
 	TAILQ_INIT(&conf->c_servers);
 	TAILQ_INIT(&conf->c_toolsets);
 	TAILQ_INIT(&conf->c_budgets);
+	TAILQ_INIT(&conf->c_retentions);
 	TAILQ_INIT(&conf->c_rules);
 	conf->c_limits.lm_tool_rounds = 10;
 	conf->c_limits.lm_tool_timeout_ms = 30 * 1000;
@@ -2852,7 +2941,8 @@ parser_finish(struct parser *p)
 	struct macro		*m;
 	struct where		*w[] = { &p->p_user_at, &p->p_state_at,
 				    &p->p_control_at, &p->p_auth_at,
-				    &p->p_limits_at };
+				    &p->p_limits_at, &p->p_retention_at,
+				    &p->p_store_results_at };
 	size_t			 i;
 
 	check_refs(p);

@@ -1098,6 +1098,64 @@ test_reference_errors(void **state)
 	run_cases(reference_errors);
 }
 
+/* retention and store-tool-results: values, printing, mistakes */
+static const struct err_case storage_errors[] = {
+	{ "retention 0d\n", "t.conf:1: retention: bad duration \"0d\": "
+	    "must be greater than zero" },
+	{ "retention soon\n", "t.conf:1: retention: bad duration \"soon\": "
+	    "expected a number followed by ms, s, m, h or d" },
+	{ "retention 90d\nretention forever\n", "t.conf:2: duplicate "
+	    "retention (first at t.conf:1)" },
+	{ "retention tenant acme 1d\n", "t.conf:1: expected a quoted string "
+	    "after \"tenant\", got acme" },
+	{ "retention tenant \"a\" 1d\nretention tenant \"a\" 2d\n",
+	    "t.conf:2: duplicate retention tenant \"a\" (first at t.conf:1)" },
+	{ "store-tool-results maybe\n", "t.conf:1: store-tool-results: "
+	    "expected yes or no, got \"maybe\"" },
+	{ "store-tool-results no\nstore-tool-results yes\n", "t.conf:2: "
+	    "duplicate store-tool-results (first at t.conf:1)" },
+	{ NULL, NULL },
+};
+
+static void
+test_storage_settings(void **state)
+{
+	struct mcpbroker_conf	*conf;
+	char			*one;
+
+	(void)state;
+	/* Defaults: kept forever, tool results as a summary. */
+	conf = must_parse("");
+	assert_int_equal(conf->c_retention_ms, 0);
+	assert_true(TAILQ_EMPTY(&conf->c_retentions));
+	assert_false(conf->c_store_tool_results);
+	one = print_conf(conf, NULL);
+	assert_non_null(strstr(one, "\nstore-tool-results no\nretention "
+	    "forever\n"));
+	free(one);
+	config_free(conf);
+
+	conf = must_parse("retention 90d retention tenant \"acme\" 720h\n"
+	    "retention tenant \"archive\" forever store-tool-results yes\n");
+	assert_int_equal(conf->c_retention_ms, 90ULL * 86400000);
+	assert_int_equal(config_retention(conf, "acme"), 30ULL * 86400000);
+	assert_int_equal(config_retention(conf, "archive"), 0);
+	assert_int_equal(config_retention(conf, "other"), 90ULL * 86400000);
+	assert_true(conf->c_store_tool_results);
+	one = print_conf(conf, NULL);
+	assert_non_null(strstr(one, "\nretention 90d\nretention tenant "
+	    "\"acme\" 30d\nretention tenant \"archive\" forever\n"));
+	assert_non_null(strstr(one, "\nstore-tool-results yes\n"));
+	free(one);
+	/* Workers do not get them: changing one restarts no worker. */
+	one = print_conf(conf, "nothing");
+	assert_null(strstr(one, "retention"));
+	assert_null(strstr(one, "store-tool-results"));
+	free(one);
+	config_free(conf);
+	run_cases(storage_errors);
+}
+
 static void
 test_long_tokens(void **state)
 {
@@ -1482,6 +1540,7 @@ main(void)
 		cmocka_unit_test(test_full_providers),
 		cmocka_unit_test(test_full_servers),
 		cmocka_unit_test(test_full_toolsets_budgets),
+		cmocka_unit_test(test_storage_settings),
 		cmocka_unit_test(test_full_rules),
 		cmocka_unit_test(test_auth_web),
 		cmocka_unit_test(test_round_trip),
