@@ -25,7 +25,9 @@
 #include "broker/chat.h"
 #include "broker/controller.h"
 #include "broker/controller_audit.h"
+#include "broker/controller_conv.h"
 #include "broker/controller_store.h"
+#include "broker/controller_usage.h"
 #include "broker/mcpbroker.h"
 #include "broker/providers/provider.h"
 #include "common/http_client.h"
@@ -89,7 +91,8 @@ struct session {
 	size_t			 s_ntools;
 	struct chat_message	*s_history;
 	size_t			 s_nhistory;
-	char			 s_conversation[40];
+	char			 s_conversation[CONV_ID_LEN + 1];
+	int			 s_stored;	/* the conversation has a row */
 	struct turn		*s_turn;
 };
 TAILQ_HEAD(session_list, session);
@@ -117,6 +120,9 @@ struct turn {
 	uint64_t		 t_round_in;	/* this round's last report */
 	uint64_t		 t_round_out;
 	int			 t_recorded;	/* calls in history, no results */
+	int			 t_round_reported; /* the provider counted */
+	int			 t_round_metered;
+	size_t			 t_round_sent;	/* request body bytes */
 };
 
 static struct session_list	sessions = TAILQ_HEAD_INITIALIZER(sessions);
@@ -237,6 +243,65 @@ history_trim(struct session *s)
 	s->s_nhistory -= cut;
 	log_debug("chat %s: history trimmed to %zu messages", s->s_user,
 	    s->s_nhistory);
+}
+
+/* ---- stored conversations ---- */
+
+/* The conversation's row, made with its first message. */
+static int
+session_store(struct session *s)
+{
+	struct conv_meta	cv;
+
+	memset(&cv, 0, sizeof(cv));
+	snprintf(cv.cv_id, sizeof(cv.cv_id), "%s", s->s_conversation);
+	snprintf(cv.cv_user, sizeof(cv.cv_user), "%s", s->s_user);
+	snprintf(cv.cv_tenant, sizeof(cv.cv_tenant), "%s", s->s_tenant);
+	snprintf(cv.cv_provider, sizeof(cv.cv_provider), "%s", s->s_provider);
+	snprintf(cv.cv_model, sizeof(cv.cv_model), "%s", s->s_model);
+	snprintf(cv.cv_toolset, sizeof(cv.cv_toolset), "%s", s->s_toolset);
+	if (conv_create(&cv) == -1) {
+		log_warnx("chat %s: conversation %s could not be stored",
+		    s->s_user, s->s_conversation);
+		return -1;
+	}
+	s->s_stored = 1;
+	return 0;
+}
+
+/*
+ * Every message is stored as it joins the history.  A database that
+ * fails loses the stored copy, not the chat: it is logged and goes on.
+ */
+static void
+history_store(struct session *s, const struct chat_message *m)
+{
+	if (s->s_stored || session_store(s) == 0)
+		(void)conv_append(s->s_conversation, m,
+		    controller_conf()->c_store_tool_results);
+}
+
+/* Go on with a stored conversation: its last history-messages messages. */
+static void
+session_resume(struct session *s, const char *id)
+{
+	snprintf(s->s_conversation, sizeof(s->s_conversation), "%s", id);
+	s->s_stored = 1;
+	if (conv_load(id, controller_conf()->c_limits.lm_history_messages,
+	    &s->s_history, &s->s_nhistory) == -1)
+		log_warnx("chat %s: conversation %s could not be read; it goes "
+		    "on without its history", s->s_user, id);
+	(void)conv_resume(id, s->s_provider, s->s_model, s->s_toolset);
+}
+
+/* A new conversation in the same session (not stored until it is used). */
+static void
+session_new_conversation(struct session *s)
+{
+	if (s->s_conversation[0] != '\0')
+		controller_release(s->s_user, s->s_conversation);
+	conv_id_new(s->s_conversation);
+	s->s_stored = 0;
 }
 
 /* ---- tools ---- */
@@ -412,11 +477,111 @@ turn_event(struct turn *t, const char *event, struct json_object *data)
 		json_object_put(data);
 }
 
+/* ---- metering and budgets ---- */
+
+static void
+session_who(const struct session *s, struct usage_who *w)
+{
+	w->uw_user = s->s_user;
+	w->uw_tenant = s->s_tenant;
+	w->uw_roles = s->s_roles;
+	w->uw_nroles = s->s_nroles;
+}
+
+/* What the model sent back this round, in bytes: for an estimate. */
+static size_t
+answer_bytes(const struct turn *t)
+{
+	size_t	n = evbuffer_get_length(t->t_text), i;
+
+	for (i = 0; i < t->t_ncalls; i++) {
+		if (t->t_calls[i].c_name != NULL)
+			n += strlen(t->t_calls[i].c_name);
+		if (t->t_calls[i].c_args != NULL)
+			n += strlen(t->t_calls[i].c_args);
+	}
+	return n;
+}
+
+static void
+budget_crossed(const struct budget_status *bs, void *arg)
+{
+	turn_event(arg, "budget_warning", budget_status_json(bs));
+}
+
+/*
+ * The round's LLM call, metered once: the provider's count, or when it
+ * gave none an estimate from the bytes each way, marked as such.  A call
+ * cut short is metered too (providers bill what they streamed).  live:
+ * the client can still be told of budgets the call took past a mark.
+ */
+static void
+round_meter(struct turn *t, int live)
+{
+	struct session		*s = t->t_s;
+	struct usage_who	 w;
+	struct usage_call	 uc;
+
+	if (t->t_round_metered)
+		return;
+	t->t_round_metered = 1;
+	if (!t->t_round_reported) {
+		t->t_round_in = usage_estimate(t->t_round_sent);
+		t->t_round_out = usage_estimate(answer_bytes(t));
+	}
+	session_who(s, &w);
+	memset(&uc, 0, sizeof(uc));
+	uc.uc_conversation = s->s_stored ? s->s_conversation : NULL;
+	uc.uc_provider = s->s_provider;
+	uc.uc_model = s->s_model;
+	uc.uc_input = t->t_round_in;
+	uc.uc_output = t->t_round_out;
+	uc.uc_estimated = !t->t_round_reported;
+	uc.uc_tool_calls = (unsigned int)t->t_ncalls;
+	uc.uc_cost_nusd = usage_cost_nusd(config_find_provider(
+	    controller_conf(), s->s_provider), uc.uc_input, uc.uc_output);
+	uc.uc_when = time(NULL);
+	(void)usage_record(controller_conf(), &w, &uc, live ? budget_crossed :
+	    NULL, t);
+}
+
+/* A budget of this session's caller is used up: *bs says which. */
+static int
+budget_over(const struct session *s, struct budget_status *bs)
+{
+	struct usage_who	w;
+
+	session_who(s, &w);
+	return budget_check(controller_conf(), &w, time(NULL), bs) == -1;
+}
+
+/* {code: "budget_exceeded", message, scope, name, metric, used, limit,
+ * resets_at} */
+static struct json_object *
+budget_error(const struct session *s, const struct budget_status *bs)
+{
+	struct json_object	*e = budget_status_json(bs);
+	char			 msg[256];
+
+	snprintf(msg, sizeof(msg), "the %s budget of %s \"%s\" is used up; "
+	    "the conversation is kept for when it resets",
+	    budget_metric_str(bs->bs_budget->bg_metric),
+	    budget_scope_str(bs->bs_budget->bg_scope),
+	    bs->bs_budget->bg_subject);
+	json_object_object_add(e, "code", json_object_new_string(
+	    "budget_exceeded"));
+	json_object_object_add(e, "message", json_object_new_string(msg));
+	log_info("chat %s: %s", s->s_user, msg);
+	return e;
+}
+
 static void
 turn_free(struct turn *t)
 {
 	size_t i;
 
+	if (t->t_status / 100 == 2)	/* a call cut short costs too */
+		round_meter(t, 0);
 	http_request_cancel(t->t_http);
 	if (t->t_ps != NULL)
 		t->t_ops->po_stream_free(t->t_ps);
@@ -472,6 +637,29 @@ turn_fail(struct turn *t, int status, const char *code, int recoverable,
 		api_stream_end(t->t_req);
 	} else
 		api_error(t->t_req, status, code, "%s", msg);
+	turn_free(t);
+}
+
+/*
+ * A budget used up between two rounds: the turn ends as any failed turn
+ * does, its history whole, the conversation kept; 429 when the answer
+ * does not stream.
+ */
+static void
+turn_budget_fail(struct turn *t, const struct budget_status *bs)
+{
+	struct json_object *e = budget_error(t->t_s, bs), *body;
+
+	if (t->t_stream) {
+		json_object_object_add(e, "recoverable",
+		    json_object_new_boolean(0));
+		api_event(t->t_req, "error", e);
+		api_stream_end(t->t_req);
+	} else {
+		body = json_object_new_object();
+		json_object_object_add(body, "error", e);
+		api_reply(t->t_req, 429, body);
+	}
 	turn_free(t);
 }
 
@@ -560,6 +748,7 @@ ev_usage(void *arg, uint64_t in, uint64_t out)
 	/* Reports within a round are running totals: the last one counts. */
 	t->t_round_in = in;
 	t->t_round_out = out;
+	t->t_round_reported = 1;
 }
 
 static void
@@ -1004,8 +1193,10 @@ round_record(struct turn *t)
 	text[len] = '\0';
 	m = history_add(t->t_s, ROLE_ASSISTANT, len > 0 ? text : NULL);
 	free(text);
-	if (t->t_ncalls == 0)
+	if (t->t_ncalls == 0) {
+		history_store(t->t_s, m);
 		return;
+	}
 	if ((m->cm_calls = calloc(t->t_ncalls, sizeof(*m->cm_calls))) == NULL)
 		fatal("calloc");
 	m->cm_ncalls = t->t_ncalls;
@@ -1015,6 +1206,7 @@ round_record(struct turn *t)
 		m->cm_calls[i].tc_name = xstrdup(t->t_calls[i].c_name);
 		m->cm_calls[i].tc_arguments = xstrdup(t->t_calls[i].c_args);
 	}
+	history_store(t->t_s, m);
 }
 
 /* One result per call in history: providers refuse calls left open. */
@@ -1032,6 +1224,7 @@ round_results(struct turn *t)
 		m->cm_call_id = xstrdup(c->c_id);
 		m->cm_call_name = xstrdup(c->c_name);
 		m->cm_is_error = c->c_done ? c->c_error : 1;
+		history_store(t->t_s, m);
 	}
 	t->t_recorded = 0;
 }
@@ -1162,6 +1355,7 @@ llm_done(struct http_request *req, int err, const char *why, void *arg)
 	}
 	t->t_ops->po_stream_free(t->t_ps);
 	t->t_ps = NULL;
+	round_meter(t, 1);
 	t->t_in_tokens += t->t_round_in;
 	t->t_out_tokens += t->t_round_out;
 	t->t_round_in = t->t_round_out = 0;
@@ -1202,12 +1396,21 @@ round_start(struct turn *t)
 	struct chat_request		 rq;
 	struct provider_http		 ph;
 	struct http_request_opts	 ro;
+	struct budget_status		 bs;
 	char				 why[256];
 	size_t				 i;
 
+	t->t_status = 0;
+	t->t_round_metered = t->t_round_reported = 0;
+	t->t_round_in = t->t_round_out = 0;
 	if ((pv = provider_find(s->s_provider)) == NULL) {
 		turn_fail(t, 503, "provider_gone", 0, "provider %s is no "
 		    "longer configured; connect again", s->s_provider);
+		return;
+	}
+	/* Checked before each call; calls already running may overshoot. */
+	if (budget_over(s, &bs)) {
+		turn_budget_fail(t, &bs);
 		return;
 	}
 	t->t_ops = provider_ops(pv->pv_type);
@@ -1254,6 +1457,7 @@ round_start(struct turn *t)
 	ro.ro_connect_timeout_ms = LLM_CONNECT_MS;
 	ro.ro_idle_timeout_ms = controller_conf()->c_limits.lm_llm_timeout_ms;
 	t->t_status = 0;
+	t->t_round_sent = ph.ph_body_len;
 	t->t_http = http_request_start(controller_http(), &ro, &llm_callbacks,
 	    t);
 	provider_http_free(&ph);
@@ -1382,6 +1586,8 @@ chat_connect(uint64_t id, const struct store_user *u,
 	const struct provider_conf	*pv;
 	struct session			 tmp, *s;
 	const char			*provider, *model = NULL, *toolset = NULL;
+	const char			*resume = NULL;
+	struct conv_meta		 cv;
 	struct json_object		*r;
 	int				 streaming = 1;
 
@@ -1392,11 +1598,18 @@ chat_connect(uint64_t id, const struct store_user *u,
 	}
 	if (body_str(id, body, "provider", 63, 0, &provider) ==
 	    -1 || body_str(id, body, "model", 127, 1, &model) == -1 ||
-	    body_str(id, body, "toolset", 63, 1, &toolset) == -1)
+	    body_str(id, body, "toolset", 63, 1, &toolset) == -1 ||
+	    body_str(id, body, "conversation_id", 64, 1, &resume) == -1)
 		return;
 	if (json_get_bool(body, "streaming", 1, &streaming) == -1) {
 		api_error(id, 422, "invalid_field", "\"streaming\": expected "
 		    "true or false");
+		return;
+	}
+	/* Someone else's conversation or none: the same answer. */
+	if (resume != NULL && (!conv_id_valid(resume) || conv_get(resume,
+	    &cv) == -1 || strcmp(cv.cv_user, user) != 0)) {
+		api_error(id, 404, "not_found", "no such conversation");
 		return;
 	}
 	if ((pv = provider_find(provider)) == NULL) {
@@ -1426,8 +1639,10 @@ chat_connect(uint64_t id, const struct store_user *u,
 	    pv->pv_model != NULL ? pv->pv_model : "");
 	snprintf(s->s_toolset, sizeof(s->s_toolset), "%s", toolset != NULL ?
 	    toolset : "");
-	snprintf(s->s_conversation, sizeof(s->s_conversation), "%08x%08x",
-	    arc4random(), arc4random());
+	if (resume != NULL)
+		session_resume(s, resume);
+	else
+		session_new_conversation(s);
 	tools_collect(s);
 	audit_session(s);
 	r = json_object_new_object();
@@ -1443,16 +1658,20 @@ chat_connect(uint64_t id, const struct store_user *u,
 	json_object_object_add(r, "tools", tools_json(s));
 	json_object_object_add(r, "conversation_id", json_object_new_string(
 	    s->s_conversation));
+	json_object_object_add(r, "resumed", json_object_new_boolean(
+	    resume != NULL));
 	api_reply(id, 200, r);
 }
 
 void
 chat_send(uint64_t id, const char *user, struct json_object *body)
 {
-	struct session	*s;
-	struct turn	*t;
-	const char	*message;
-	int		 streaming;
+	struct session		*s;
+	struct turn		*t;
+	struct budget_status	 bs;
+	struct json_object	*e;
+	const char		*message;
+	int			 streaming;
 
 	if ((s = session_find(user)) == NULL) {
 		api_error(id, 409, "not_connected", "connect first: POST "
@@ -1482,6 +1701,13 @@ chat_send(uint64_t id, const char *user, struct json_object *body)
 		    "wait for it or POST /llmchat/stop");
 		return;
 	}
+	/* Refused before anything is said: nothing joins the history. */
+	if (budget_over(s, &bs)) {
+		e = json_object_new_object();
+		json_object_object_add(e, "error", budget_error(s, &bs));
+		api_reply(id, 429, e);
+		return;
+	}
 	if ((t = calloc(1, sizeof(*t))) == NULL ||
 	    (t->t_text = evbuffer_new()) == NULL ||
 	    (t->t_errbody = evbuffer_new()) == NULL)
@@ -1493,7 +1719,7 @@ chat_send(uint64_t id, const char *user, struct json_object *body)
 	t->t_used = json_object_new_array();
 	t->t_invocations = json_object_new_array();
 	s->s_turn = t;
-	history_add(s, ROLE_USER, message);
+	history_store(s, history_add(s, ROLE_USER, message));
 	history_trim(s);
 	if (streaming)
 		api_stream_start(id);
@@ -1670,9 +1896,13 @@ chat_history(uint64_t id, const char *user, int clear)
 			    "answered");
 			return;
 		}
+		/* The stored conversation stays; the session starts anew. */
 		history_clear(s);
+		session_new_conversation(s);
 		json_object_object_add(r, "cleared",
 		    json_object_new_boolean(1));
+		json_object_object_add(r, "conversation_id",
+		    json_object_new_string(s->s_conversation));
 		api_reply(id, 200, r);
 		return;
 	}
@@ -1688,4 +1918,45 @@ chat_history(uint64_t id, const char *user, int clear)
 	}
 	json_object_object_add(r, "messages", arr);
 	api_reply(id, 200, r);
+}
+
+/*
+ * The stored conversation was erased (DELETE, retention): the session
+ * that holds it keeps nothing of it, not even in memory, and goes on in
+ * a new one.
+ */
+void
+chat_forget_conversation(const char *conversation)
+{
+	struct session *s;
+
+	TAILQ_FOREACH(s, &sessions, s_entry) {
+		if (strcmp(s->s_conversation, conversation) != 0)
+			continue;
+		if (s->s_turn != NULL)
+			turn_fail(s->s_turn, 409, "erased", 0, "the "
+			    "conversation was erased");
+		history_clear(s);
+		session_new_conversation(s);
+		return;
+	}
+}
+
+void
+chat_forget_user(const char *user)
+{
+	struct session *s;
+
+	if ((s = session_find(user)) != NULL)
+		session_free(s);
+}
+
+void
+chat_forget_tenant(const char *tenant)
+{
+	struct session *s, *next;
+
+	TAILQ_FOREACH_SAFE(s, &sessions, s_entry, next)
+		if (strcmp(s->s_tenant, tenant) == 0)
+			session_free(s);
 }

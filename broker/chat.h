@@ -25,5 +25,13 @@ void	chat_config(uint64_t id, const char *user);
 void	chat_history(uint64_t id, const char *user, int clear);
 /* The client of request id went away: stop its turn, if it has one. */
 void	chat_request_gone(uint64_t id);
+/*
+ * Stored conversations were erased: a session holding one forgets its
+ * history (a running turn ends) and goes on in a new conversation; a
+ * deleted user's or tenant's sessions end.
+ */
+void	chat_forget_conversation(const char *conversation);
+void	chat_forget_user(const char *user);
+void	chat_forget_tenant(const char *tenant);
 
 #endif

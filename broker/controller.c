@@ -16,11 +16,14 @@
 #include <event2/event.h>
 #include <json-c/json.h>
 
+#include "broker/chat.h"
 #include "broker/child_connect.h"
 #include "broker/controller.h"
 #include "broker/controller_audit.h"
+#include "broker/controller_conv.h"
 #include "broker/controller_session.h"
 #include "broker/controller_store.h"
+#include "broker/controller_usage.h"
 #include "broker/jwt.h"
 #include "broker/mcpbroker.h"
 #include "common/http_client.h"
@@ -652,6 +655,23 @@ valid_name(const char *s)
 }
 
 /*
+ * A deleted user's conversations go with them, and their usage detail;
+ * their share of the daily aggregates stays in the tenant's bill without
+ * their name.
+ */
+static int
+user_erase(const char *name, char *why, size_t whylen)
+{
+	int64_t	n;
+
+	if (conv_erase_user(name, &n) == 0 && usage_erase_user(name) == 0)
+		return 0;
+	snprintf(why, whylen, "database: the user's conversations could not "
+	    "be erased; nothing changed");
+	return -1;
+}
+
+/*
  * user_add, user_key or user_del, and its audit row, in one transaction:
  * a change the trail cannot record is not made.
  */
@@ -673,6 +693,8 @@ user_change(const char *op, const char *name, const char *tenant,
 		rc = store_user_key(name, key, why, whylen);
 	else
 		rc = store_user_del(name, why, whylen);
+	if (rc == 0 && strcmp(op, "user_del") == 0)
+		rc = user_erase(name, why, whylen);
 	if (rc == 0) {
 		d = json_object_new_object();
 		json_object_object_add(d, "op", json_object_new_string(op));
@@ -735,8 +757,10 @@ admin_user(uint64_t id, const char *op, struct json_object *o)
 		json_object_object_add(r, "key", json_object_new_string(key));
 		explicit_bzero(key, sizeof(key));
 		log_info("admin: %s for user %s", op, name);
-	} else if (strcmp(op, "user_del") == 0)
+	} else if (strcmp(op, "user_del") == 0) {
+		chat_forget_user(name);
 		log_info("admin: user %s deleted", name);
+	}
 	admin_reply(id, r);
 }
 
@@ -799,6 +823,8 @@ controller_recv_admin(struct peer *p, struct msg *m, struct json_object *o)
 		admin_user(m->m_hdr.mh_id, op, o);
 	else if (strncmp(op, "audit_", 6) == 0)
 		audit_admin(m->m_hdr.mh_id, op, o);
+	else if (strcmp(op, "tenant_del") == 0)
+		conv_admin_tenant_del(m->m_hdr.mh_id, o);
 	else
 		admin_error(m->m_hdr.mh_id, "unknown op");
 	return 0;
@@ -943,6 +969,8 @@ controller_configure(struct mcpbroker_conf *conf, int reload)
 	}
 	if (reload)
 		audit_system("config_reloaded", "servers", NULL, NULL);
+	/* Conversations past their retention go now, then every day. */
+	conv_retention_start(child_base());
 	return 0;
 }
 

@@ -61,5 +61,8 @@ void	admin_error(uint64_t id, const char *message);
 /* controller_api.c */
 void	api_request(uint64_t id, struct json_object *req);
 void	api_cancel(uint64_t id);
+struct store_user;
+/* The user holds the role ("admin", "tenant-admin", ...). */
+int	user_has_role(const struct store_user *, const char *role);
 
 #endif

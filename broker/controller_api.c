@@ -16,9 +16,11 @@
 #include "broker/chat.h"
 #include "broker/controller.h"
 #include "broker/controller_audit.h"
+#include "broker/controller_conv.h"
 #include "broker/controller_session.h"
 #include "broker/controller_store.h"
 #include "broker/mcpbroker.h"
+#include "broker/controller_usage.h"
 #include "broker/jwt.h"
 #include "broker/websec.h"
 #include "common/log.h"
@@ -272,7 +274,78 @@ r_audit(uint64_t id, const struct store_user *u, const char *rest,
 	api_reply(id, 200, r);
 }
 
+int
+user_has_role(const struct store_user *u, const char *role)
+{
+	return has_role(u, role);
+}
+
+static void
+r_conversations(uint64_t id, const struct store_user *u, const char *rest,
+    struct json_object *body)
+{
+	(void)rest;
+	(void)body;
+	conv_api_list(id, u, api_query);
+}
+
+static void
+r_conversation(uint64_t id, const struct store_user *u, const char *rest,
+    struct json_object *body)
+{
+	(void)body;
+	conv_api_get(id, u, rest, api_query);
+}
+
+static void
+r_conversation_rename(uint64_t id, const struct store_user *u,
+    const char *rest, struct json_object *body)
+{
+	conv_api_rename(id, u, rest, body);
+}
+
+static void
+r_conversation_delete(uint64_t id, const struct store_user *u,
+    const char *rest, struct json_object *body)
+{
+	(void)body;
+	conv_api_delete(id, u, rest);
+}
+
+static void
+r_conversation_export(uint64_t id, const struct store_user *u,
+    const char *rest, struct json_object *body)
+{
+	(void)body;
+	conv_api_export(id, u, rest, api_query);
+}
+
+static void
+r_usage(uint64_t id, const struct store_user *u, const char *rest,
+    struct json_object *body)
+{
+	(void)rest;
+	(void)body;
+	usage_api_user(id, u, api_query);
+}
+
+static void
+r_usage_tenant(uint64_t id, const struct store_user *u, const char *rest,
+    struct json_object *body)
+{
+	(void)rest;
+	(void)body;
+	usage_api_tenant(id, u, api_query);
+}
+
 static const struct api_route api_routes[] = {
+	{ "GET", "/api/v1/conversations", r_conversations },
+	{ "GET", "/api/v1/conversations/*", r_conversation },
+	{ "PATCH", "/api/v1/conversations/*", r_conversation_rename },
+	{ "DELETE", "/api/v1/conversations/*", r_conversation_delete },
+	{ "GET", "/api/v1/conversations/*/export", r_conversation_export },
+	{ "GET", "/api/v1/usage", r_usage },
+	{ "GET", "/api/v1/usage/tenant", r_usage_tenant },
 	{ "GET", "/api/v1/audit", r_audit },
 	{ "POST", "/llmchat/connect", r_connect },
 	{ "POST", "/llmchat/chat", r_chat },
@@ -780,12 +853,29 @@ auth_route(uint64_t id, const char *path, const char *credential,
 		auth_session(id, credential, peer, wr);
 }
 
-/* The path matches; rest is what follows a prefix route. */
+/*
+ * The path matches; rest is what follows a prefix route, or the one
+ * non-empty segment a "*" in the pattern stands for.
+ */
 static int
 path_matches(const char *pattern, const char *path, const char **rest)
 {
-	size_t len = strlen(pattern);
+	static char	 seg[PATH_MAX_LEN + 1];
+	const char	*star = strchr(pattern, '*'), *end;
+	size_t		 len = strlen(pattern);
 
+	if (star != NULL) {
+		len = (size_t)(star - pattern);
+		if (strncmp(path, pattern, len) != 0)
+			return 0;
+		end = path + len + strcspn(path + len, "/");
+		if (end == path + len || strcmp(end, star + 1) != 0)
+			return 0;
+		snprintf(seg, sizeof(seg), "%.*s", (int)(end - path - len),
+		    path + len);
+		*rest = seg;
+		return 1;
+	}
 	if (pattern[len - 1] == '/') {
 		if (strncmp(path, pattern, len) != 0 || path[len] == '\0' ||
 		    strchr(path + len, '/') != NULL)

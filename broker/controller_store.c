@@ -22,8 +22,6 @@
 #include "broker/controller_store.h"
 #include "common/log.h"
 
-#define SCHEMA_VERSION	3
-
 static sqlite3 *db;
 
 /* Each migration takes the schema from its index to the next version. */
@@ -75,7 +73,84 @@ static const char *const migrations[] = {
 	"  expires INTEGER NOT NULL) WITHOUT ROWID;"
 	"CREATE INDEX sessions_user ON sessions (user);"
 	"CREATE INDEX sessions_expires ON sessions (expires);",
+	/*
+	 * 3 -> 4: stored conversations (controller_conv.c), metering and
+	 * budgets (controller_usage.c).  usage holds one row per LLM call and
+	 * goes with its conversation; usage_daily is the bill, which stays.
+	 * Times are ms since the epoch, days "YYYY-MM-DD" in UTC, costs
+	 * integers of 1e-9 USD.
+	 */
+	"CREATE TABLE conversations ("
+	"  id TEXT PRIMARY KEY,"
+	"  user TEXT NOT NULL,"
+	"  tenant TEXT NOT NULL,"
+	"  title TEXT NOT NULL DEFAULT '',"
+	"  provider TEXT NOT NULL,"
+	"  model TEXT NOT NULL,"
+	"  toolset TEXT NOT NULL DEFAULT '',"
+	"  created INTEGER NOT NULL,"
+	"  updated INTEGER NOT NULL);"
+	"CREATE INDEX conversations_user ON conversations (user, updated);"
+	"CREATE INDEX conversations_tenant ON conversations (tenant);"
+	"CREATE INDEX conversations_updated ON conversations (updated);"
+	"CREATE TABLE messages ("
+	"  id INTEGER PRIMARY KEY,"
+	"  conversation TEXT NOT NULL REFERENCES conversations (id)"
+	"    ON DELETE CASCADE,"
+	"  seq INTEGER NOT NULL,"
+	"  ts INTEGER NOT NULL,"
+	"  role TEXT NOT NULL,"
+	"  content TEXT,"
+	"  tool_calls TEXT,"			/* [{id, name, arguments}] */
+	"  call_id TEXT,"
+	"  call_name TEXT,"
+	"  is_error INTEGER NOT NULL DEFAULT 0,"
+	"  UNIQUE (conversation, seq));"
+	"CREATE TABLE usage ("
+	"  id INTEGER PRIMARY KEY,"
+	"  ts INTEGER NOT NULL,"
+	"  user TEXT NOT NULL,"
+	"  tenant TEXT NOT NULL,"
+	"  conversation TEXT,"
+	"  provider TEXT NOT NULL,"
+	"  model TEXT NOT NULL,"
+	"  input_tokens INTEGER NOT NULL,"
+	"  output_tokens INTEGER NOT NULL,"
+	"  estimated INTEGER NOT NULL,"		/* no count from the provider */
+	"  tool_calls INTEGER NOT NULL,"
+	"  cost_nusd INTEGER NOT NULL);"
+	"CREATE INDEX usage_conversation ON usage (conversation);"
+	"CREATE INDEX usage_user ON usage (user);"
+	"CREATE INDEX usage_tenant ON usage (tenant);"
+	"CREATE TABLE usage_daily ("
+	"  day TEXT NOT NULL,"
+	"  tenant TEXT NOT NULL,"
+	"  user TEXT NOT NULL,"			/* '': a deleted user */
+	"  provider TEXT NOT NULL,"
+	"  model TEXT NOT NULL,"
+	"  calls INTEGER NOT NULL,"
+	"  input_tokens INTEGER NOT NULL,"
+	"  output_tokens INTEGER NOT NULL,"
+	"  estimated_calls INTEGER NOT NULL,"
+	"  tool_calls INTEGER NOT NULL,"
+	"  cost_nusd INTEGER NOT NULL,"
+	"  PRIMARY KEY (day, tenant, user, provider, model)) WITHOUT ROWID;"
+	"CREATE INDEX usage_daily_tenant ON usage_daily (tenant, day);"
+	"CREATE INDEX usage_daily_user ON usage_daily (user, day);"
+	"CREATE TABLE budget_alerts ("		/* marks passed, once a period */
+	"  scope TEXT NOT NULL,"
+	"  name TEXT NOT NULL,"
+	"  metric TEXT NOT NULL,"
+	"  holder TEXT NOT NULL,"		/* the tenant, or the user */
+	"  tenant TEXT NOT NULL,"
+	"  period TEXT NOT NULL,"		/* its first day */
+	"  percent INTEGER NOT NULL,"
+	"  ts INTEGER NOT NULL,"
+	"  PRIMARY KEY (scope, name, metric, holder, period, percent))"
+	"  WITHOUT ROWID;",
 };
+/* The array is the history: its length is the schema's version. */
+#define SCHEMA_VERSION	((int)(sizeof(migrations) / sizeof(migrations[0])))
 
 static int
 exec(const char *sql)
@@ -143,10 +218,43 @@ store_open(const char *state_dir)
 		return -1;
 	}
 	sqlite3_busy_timeout(db, 5000);
+	/*
+	 * FULL whatever the library's default: a committed audit row (a
+	 * call's intent) survives a power cut.  Group commit pays for it.
+	 */
 	if (exec("PRAGMA journal_mode = WAL;") == -1 ||
+	    exec("PRAGMA synchronous = FULL;") == -1 ||
 	    exec("PRAGMA foreign_keys = ON;") == -1 || migrate() == -1)
 		return -1;
 	return 0;
+}
+
+/*
+ * One unit of work that nests: a transaction of its own, or a savepoint
+ * within the caller's.  sp names it (a plain identifier).
+ */
+int
+store_begin(const char *sp)
+{
+	char	sql[80];
+
+	if (db == NULL)
+		return -1;
+	snprintf(sql, sizeof(sql), "SAVEPOINT %s;", sp);
+	return exec(sql);
+}
+
+int
+store_end(const char *sp, int ok)
+{
+	char	sql[160];
+
+	snprintf(sql, sizeof(sql), "RELEASE %s;", sp);
+	if (ok && exec(sql) == 0)
+		return 0;
+	snprintf(sql, sizeof(sql), "ROLLBACK TO %s; RELEASE %s;", sp, sp);
+	(void)exec(sql);
+	return ok ? -1 : 0;
 }
 
 /* For the other tables' modules (controller_audit.c): one connection. */
@@ -404,4 +512,26 @@ store_user_get(const char *name, struct store_user *u)
 	}
 	sqlite3_finalize(st);
 	return ok ? 0 : -1;
+}
+
+/* Every user of the tenant; their web sessions go by the foreign key. */
+int
+store_tenant_del(const char *tenant, int64_t *n)
+{
+	sqlite3_stmt	*st;
+	int		 rc;
+
+	*n = 0;
+	if (sqlite3_prepare_v2(db, "DELETE FROM users WHERE tenant = ?", -1,
+	    &st, NULL) != SQLITE_OK)
+		return -1;
+	sqlite3_bind_text(st, 1, tenant, -1, SQLITE_TRANSIENT);
+	rc = sqlite3_step(st);
+	sqlite3_finalize(st);
+	if (rc != SQLITE_DONE) {
+		log_warnx("database: %s", sqlite3_errmsg(db));
+		return -1;
+	}
+	*n = sqlite3_changes(db);
+	return 0;
 }

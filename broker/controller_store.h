@@ -6,6 +6,7 @@
 #define MCPBROKER_CONTROLLER_STORE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 struct json_object;
 struct sqlite3;
@@ -24,6 +25,13 @@ int	store_open(const char *state_dir);
 void	store_close(void);
 /* The open database, for controller_audit.c; NULL before store_open. */
 struct sqlite3	*store_db(void);
+/*
+ * A unit of work that nests: its own transaction, or a savepoint inside
+ * the caller's.  store_end(sp, ok) commits when ok, else rolls back; -1
+ * when the database failed (then nothing was written).
+ */
+int	store_begin(const char *sp);
+int	store_end(const char *sp, int ok);
 
 /* A new user with a new key (written to key, KEY_MAX bytes). */
 int	store_user_add(const char *name, const char *tenant, const char *roles,
@@ -31,6 +39,8 @@ int	store_user_add(const char *name, const char *tenant, const char *roles,
 /* A new key for the user; the old one stops working at once. */
 int	store_user_key(const char *name, char *key, char *why, size_t whylen);
 int	store_user_del(const char *name, char *why, size_t whylen);
+/* Every user of the tenant; *n gets how many. */
+int	store_tenant_del(const char *tenant, int64_t *n);
 struct json_object *store_user_list(void);
 /* The user of that name: 0, or -1 if there is none. */
 int	store_user_get(const char *name, struct store_user *);

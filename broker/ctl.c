@@ -46,6 +46,8 @@ usage(void)
 	    "  user key NAME    a new API key for NAME; the old one stops "
 	    "working\n"
 	    "  user del NAME | user list\n"
+	    "  tenant del NAME\n"
+	    "            erase a tenant: its users, conversations and usage\n"
 	    "  policy explain -u USER -t SERVER.TOOL\n"
 	    "            which rule decides whether USER may call the tool\n"
 	    "  audit show [-n N] [-u USER] [-k KIND]\n"
@@ -388,6 +390,32 @@ cmd_user(const char *path, int argc, char *argv[])
 	return admin_print(path, req);
 }
 
+/* tenant del NAME: everything of the tenant goes, for good. */
+static int
+cmd_tenant(const char *path, int argc, char *argv[])
+{
+	struct json_object	*req, *r;
+	int			 ok = 0;
+
+	if (argc != 2 || strcmp(argv[0], "del") != 0)
+		usage();
+	req = json_object_new_object();
+	json_object_object_add(req, "op", json_object_new_string(
+	    "tenant_del"));
+	json_object_object_add(req, "name", json_object_new_string(argv[1]));
+	r = ctl_request_payload(path, MSG_CTL_ADMIN, req);
+	json_object_put(req);
+	(void)json_get_bool(r, "ok", 0, &ok);
+	if (ok)
+		printf("tenant %s deleted: %lld user(s), %lld "
+		    "conversation(s)\n", argv[1], (long long)jint(r, "users"),
+		    (long long)jint(r, "conversations"));
+	else
+		fprintf(stderr, "mcpbrokerctl: %s\n", jstr(r, "error"));
+	json_object_put(r);
+	return ok ? 0 : 1;
+}
+
 /* "2025-01-31T12:00:00.123Z" */
 static void
 print_audit_row(struct json_object *row)
@@ -582,6 +610,8 @@ main(int argc, char *argv[])
 		return cmd_server(path, argc - 1, argv + 1);
 	if (strcmp(argv[0], "user") == 0)
 		return cmd_user(path, argc - 1, argv + 1);
+	if (strcmp(argv[0], "tenant") == 0)
+		return cmd_tenant(path, argc - 1, argv + 1);
 	if (strcmp(argv[0], "policy") == 0)
 		return cmd_policy(path, argc - 1, argv + 1);
 	if (strcmp(argv[0], "audit") == 0)
