@@ -85,7 +85,7 @@ child_recv_secret(struct peer *p, struct msg *m, struct json_object *o)
 
 	(void)p;
 	(void)m;
-	if (json_get_str(o, "kind", 16, 0, &kind) == -1 ||
+	if (json_get_str(o, "kind", 32, 0, &kind) == -1 ||
 	    json_get_str(o, "name", NAME_MAX_LEN, 0, &name) == -1 ||
 	    json_get_str(o, "value", strcmp(kind, "jwks") == 0 ? JWKS_MAX :
 	    65536, 0, &value) == -1 ||
@@ -119,6 +119,9 @@ child_secrets_apply(struct mcpbroker_conf *conf)
 		else if (strcmp(ch.secrets[i].sr_kind, "jwks") == 0 &&
 		    conf->c_auth.au_jwt)
 			ref = &conf->c_auth.au_jwt_conf.jw_jwks;
+		else if (strcmp(ch.secrets[i].sr_kind, "audit-signing-key") ==
+		    0)
+			ref = &conf->c_audit.ac_signing_key;
 		if (ref == NULL || ref->sr_kind == SECRET_NONE)
 			return -1;
 		free(ref->sr_value);

@@ -12,6 +12,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+
 #include "broker/config.h"
 #include "broker/jwt.h"
 
@@ -524,6 +528,21 @@ print_rule(FILE *fp, const struct policy_rule *r)
 	fputc('\n', fp);
 }
 
+/* Only what differs from the defaults, which the reader has too. */
+static void
+print_audit(FILE *fp, const struct audit_conf *ac)
+{
+	if (!ac->ac_mask_set && ac->ac_signing_key.sr_kind == SECRET_NONE)
+		return;
+	fputs("audit {\n", fp);
+	if (ac->ac_mask_set && ac->ac_nmask == 0)
+		fputs("\tmask none\n", fp);
+	else if (ac->ac_mask_set)
+		print_strv(fp, "mask", ac->ac_mask, ac->ac_nmask);
+	print_secret(fp, "signing-key", &ac->ac_signing_key);
+	fputs("}\n", fp);
+}
+
 void
 config_print(FILE *fp, const struct mcpbroker_conf *conf,
     const char *only_server)
@@ -542,6 +561,7 @@ config_print(FILE *fp, const struct mcpbroker_conf *conf,
 	}
 	print_listens(fp, conf);
 	print_auth(fp, &conf->c_auth);
+	print_audit(fp, &conf->c_audit);
 	TAILQ_FOREACH(pv, &conf->c_providers, pv_entry)
 		print_provider(fp, pv);
 	TAILQ_FOREACH(srv, &conf->c_servers, srv_entry)
@@ -724,6 +744,65 @@ jwks_load(struct secret_ref *sr, FILE *errs)
 	return 0;
 }
 
+/* An encrypted key is refused, never prompted for. */
+static int
+no_passphrase(char *buf, int size, int rwflag, void *u)
+{
+	(void)buf;
+	(void)size;
+	(void)rwflag;
+	(void)u;
+	return 0;
+}
+
+/*
+ * The audit signing key is PEM, lines and all, so it is checked as an
+ * Ed25519 private key rather than as a header value: here, so that
+ * `mcpbroker -n` and a reload refuse a key the controller could not use.
+ */
+static int
+signing_key_load(struct secret_ref *sr, FILE *errs)
+{
+	const char	*why = NULL;
+	char		*v = NULL;
+	size_t		 len;
+	EVP_PKEY	*k = NULL;
+	BIO		*bio;
+	int		 e;
+
+	secret_clear(sr);
+	if (secret_read_file(sr->sr_ref, SECRET_MAX, &v, &len, &why) == -1) {
+		e = errno;
+		fprintf(errs, "%s:%d: signing-key-file \"%s\": %s\n",
+		    sr->sr_file, sr->sr_line, sr->sr_ref, why != NULL ? why :
+		    strerror(e));
+		return -1;
+	}
+	if (len > SECRET_MAX)
+		why = "larger than 64 KiB";
+	else if (strlen(v) != len)
+		why = "contains a NUL byte";
+	else if ((bio = BIO_new_mem_buf(v, (int)len)) != NULL) {
+		k = PEM_read_bio_PrivateKey(bio, NULL, no_passphrase, NULL);
+		BIO_free(bio);
+		ERR_clear_error();
+	}
+	if (why == NULL && (k == NULL || EVP_PKEY_get_id(k) !=
+	    EVP_PKEY_ED25519))
+		why = "not an unencrypted Ed25519 private key in PEM "
+		    "(openssl genpkey -algorithm ed25519)";
+	EVP_PKEY_free(k);
+	if (why != NULL) {
+		fprintf(errs, "%s:%d: signing-key-file \"%s\": %s\n",
+		    sr->sr_file, sr->sr_line, sr->sr_ref, why);
+		explicit_bzero(v, len);
+		free(v);
+		return -1;
+	}
+	sr->sr_value = v;
+	return 0;
+}
+
 int
 config_load_secrets(struct mcpbroker_conf *conf, FILE *errs)
 {
@@ -737,6 +816,9 @@ config_load_secrets(struct mcpbroker_conf *conf, FILE *errs)
 	TAILQ_FOREACH(srv, &conf->c_servers, srv_entry)
 		if (secret_load(&srv->srv_bearer, "bearer-token", errs) == -1)
 			rv = -1;
+	if (conf->c_audit.ac_signing_key.sr_kind == SECRET_FILE &&
+	    signing_key_load(&conf->c_audit.ac_signing_key, errs) == -1)
+		rv = -1;
 	if (conf->c_auth.au_jwt &&
 	    jwks_load(&conf->c_auth.au_jwt_conf.jw_jwks, errs) == -1)
 		rv = -1;
@@ -835,6 +917,8 @@ config_free(struct mcpbroker_conf *conf)
 
 	if (conf == NULL)
 		return;
+	strv_free(conf->c_audit.ac_mask, conf->c_audit.ac_nmask);
+	secret_free(&conf->c_audit.ac_signing_key);
 	while ((ls = TAILQ_FIRST(&conf->c_listens)) != NULL) {
 		TAILQ_REMOVE(&conf->c_listens, ls, ls_entry);
 		free(ls->ls_addr);

@@ -178,6 +178,19 @@ struct limits_conf {
 							 * sees; default 64K */
 };
 
+/*
+ * audit { mask "GLOB"... | mask none; signing-key-file "PATH" }.  The mask
+ * starts as the default list (audit_default_mask in parse.c); a mask line
+ * replaces it.  The signing key (Ed25519, PEM) is read by the parent and
+ * sent to the controller like any secret.
+ */
+struct audit_conf {
+	char		       **ac_mask;	/* globs over argument keys */
+	size_t			 ac_nmask;	/* 0: nothing is masked */
+	int			 ac_mask_set;	/* a mask line replaced them */
+	struct secret_ref	 ac_signing_key;
+};
+
 enum budget_scope {
 	BUDGET_TENANT,
 	BUDGET_ROLE,
@@ -218,6 +231,7 @@ struct mcpbroker_conf {
 	char			*c_control_path;
 	struct listen_list	 c_listens;
 	struct auth_conf	 c_auth;
+	struct audit_conf	 c_audit;
 	struct provider_list	 c_providers;
 	struct server_list	 c_servers;
 	struct toolset_list	 c_toolsets;

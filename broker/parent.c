@@ -212,6 +212,9 @@ send_secrets(struct child_proc *cp)
 		TAILQ_FOREACH(pv, &parent.conf->c_providers, pv_entry)
 			send_secret(cp, "provider", pv->pv_name,
 			    &pv->pv_api_key);
+		/* the key that signs audit checkpoints */
+		send_secret(cp, "audit-signing-key", "audit",
+		    &parent.conf->c_audit.ac_signing_key);
 		/* the key set bearer tokens are checked against */
 		if (parent.conf->c_auth.au_jwt)
 			send_secret(cp, "jwks", "jwt",

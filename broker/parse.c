@@ -93,6 +93,7 @@ struct parser {
 	int			 p_nerrors;
 	int			 p_stop;
 	int			 p_allow_include;
+	struct where		 p_audit_at;
 	struct frame		*p_frames[MAX_INCLUDE + 1];
 	int			 p_nframes;
 	struct token		 p_la;		/* one token of lookahead */
@@ -2106,6 +2107,116 @@ top_limits(struct parser *p, struct blk *b)
 	return 0;
 }
 
+/* Audit block */
+
+/*
+ * Argument keys masked in the trail unless a mask line says otherwise:
+ * what credentials are usually called.  "*token" but not "*token*": a
+ * max_tokens is not a secret.
+ */
+static const char *const audit_default_mask[] = {
+	"*password*", "*passwd*", "*passphrase*", "*secret*", "*token",
+	"*api?key*", "*apikey*", "*private?key*", "*privatekey*",
+	"*credential*", "authorization", "cookie",
+};
+
+static void
+mask_clear(struct audit_conf *ac)
+{
+	size_t i;
+
+	for (i = 0; i < ac->ac_nmask; i++)
+		free(ac->ac_mask[i]);
+	free(ac->ac_mask);
+	ac->ac_mask = NULL;
+	ac->ac_nmask = 0;
+}
+
+static void
+mask_defaults(struct audit_conf *ac)
+{
+	size_t i;
+
+	for (i = 0; i < sizeof(audit_default_mask) /
+	    sizeof(audit_default_mask[0]); i++)
+		strv_push(&ac->ac_mask, &ac->ac_nmask,
+		    xstrdup(audit_default_mask[i]));
+}
+
+static int
+valid_mask(const char *s)
+{
+	size_t i;
+
+	for (i = 0; s[i] != '\0'; i++)
+		if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
+			return 0;
+	return i > 0 && i <= 128;
+}
+
+/* mask "GLOB"... (lines add up; the first replaces the defaults) | none */
+static int
+ad_mask(struct parser *p, struct blk *b)
+{
+	struct audit_conf	*ac = &p->p_conf->c_audit;
+	char			*v, q[QBUF];
+	int			 line, first = !ac->ac_mask_set;
+
+	if (first) {
+		mask_clear(ac);
+		ac->ac_mask_set = 1;
+	}
+	if (is_kw(peek(p), "none")) {
+		consume(p);
+		if (!first)
+			perr(p, b->b_line, "mask none: cannot be combined "
+			    "with other mask lines");
+		return 0;
+	}
+	if (get_string(p, "mask", &v, &line) == -1)
+		return -1;
+	if (!first && ac->ac_nmask == 0)
+		perr(p, b->b_line, "mask: cannot follow mask none");
+	for (;;) {
+		if (!valid_mask(v)) {
+			perr(p, line, "mask %s: expected 1-128 printable "
+			    "characters", quote(v, q, sizeof(q)));
+			free(v);
+		} else
+			strv_push(&ac->ac_mask, &ac->ac_nmask, v);
+		if (peek(p)->tk_type != T_STRING || peek(p)->tk_bad)
+			return 0;
+		line = peek(p)->tk_line;
+		v = take(p);
+	}
+}
+
+static int
+ad_signing_key(struct parser *p, struct blk *b)
+{
+	return set_secret(p, b, &p->p_conf->c_audit.ac_signing_key,
+	    SECRET_FILE, "signing-key-file", "signing-key");
+}
+
+static const struct kw audit_kw[] = {
+	{ "mask", ad_mask, 1 },
+	{ "signing-key-file", ad_signing_key, 0 },
+	{ NULL, NULL, 0 },
+};
+
+static int
+top_audit(struct parser *p, struct blk *b)
+{
+	struct blk	ab;
+
+	once(p, &p->p_audit_at, b->b_line, "audit block");
+	memset(&ab, 0, sizeof(ab));
+	ab.b_tab = audit_kw;
+	ab.b_desc = "audit";
+	parse_block(p, &ab, b->b_line);
+	return 0;
+}
+
 /*
  * The name of a provider, server or toolset.  Writes the description used
  * in messages ("server \"files\"") to desc.
@@ -2719,6 +2830,7 @@ top_include(struct parser *p, struct blk *b)
 }
 
 static const struct kw top_kw[] = {
+	{ "audit", top_audit, 1 },
 	{ "user", top_user, 1 },
 	{ "state-dir", top_state_dir, 1 },
 	{ "control", top_control, 1 },
@@ -2872,6 +2984,7 @@ conf_new(void)
 {
 	struct mcpbroker_conf	*conf = xcalloc(1, sizeof(*conf));
 
+	mask_defaults(&conf->c_audit);
 	conf->c_user = xstrdup(CONF_DEFAULT_USER);
 	conf->c_state_dir = xstrdup(CONF_DEFAULT_STATE_DIR);
 	conf->c_control_path = xstrdup(CONF_DEFAULT_CONTROL);
@@ -2955,6 +3068,7 @@ parser_finish(struct parser *p)
 	}
 	for (i = 0; i < sizeof(w) / sizeof(w[0]); i++)
 		free(w[i]->wh_file);
+	free(p->p_audit_at.wh_file);
 	config_free(p->p_trash);
 	if (p->p_nerrors > 0 || p->p_stop) {
 		config_free(conf);

@@ -19,6 +19,8 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
 
 #include "broker/config.h"
 #include "broker/jwt.h"
@@ -1495,6 +1497,160 @@ test_jwks_file(void **state)
 	rmdir(dir);
 }
 
+/* audit { mask ... signing-key-file ... }: defaults, lines, printing */
+static void
+test_audit_block(void **state)
+{
+	struct mcpbroker_conf	*conf, *again;
+	struct audit_conf	*ac;
+	char			*one, *two, *errs;
+
+	(void)state;
+	/* Without a block, credentials' usual names are masked. */
+	conf = must_parse("");
+	ac = &conf->c_audit;
+	assert_false(ac->ac_mask_set);
+	assert_true(ac->ac_nmask > 5);
+	assert_string_equal(ac->ac_mask[0], "*password*");
+	assert_int_equal(ac->ac_signing_key.sr_kind, SECRET_NONE);
+	one = print_conf(conf, NULL);
+	assert_null(strstr(one, "audit"));	/* defaults: no block */
+	free(one);
+	config_free(conf);
+
+	/* The first mask line replaces the defaults; later ones add. */
+	conf = must_parse("audit {\n mask \"pin\" \"*Token*\"\n"
+	    " mask \"otp\"\n signing-key-file \"/etc/mcpbroker/audit.key\"\n"
+	    "}\n");
+	ac = &conf->c_audit;
+	assert_true(ac->ac_mask_set);
+	assert_int_equal(ac->ac_nmask, 3);
+	assert_string_equal(ac->ac_mask[1], "*Token*");
+	assert_string_equal(ac->ac_mask[2], "otp");
+	assert_int_equal(ac->ac_signing_key.sr_kind, SECRET_FILE);
+	assert_string_equal(ac->ac_signing_key.sr_ref,
+	    "/etc/mcpbroker/audit.key");
+	assert_int_equal(ac->ac_signing_key.sr_line, 4);
+	one = print_conf(conf, NULL);
+	assert_non_null(strstr(one, "audit {\n\tmask \"pin\" \"*Token*\" "
+	    "\"otp\"\n\tsigning-key-file \"/etc/mcpbroker/audit.key\"\t# "
+	    "secret: (file /etc/mcpbroker/audit.key)\n}\n"));
+	/* a worker gets no audit block: only the controller records */
+	two = print_conf(conf, "nonexistent");
+	assert_null(strstr(two, "audit"));
+	free(two);
+	again = parse_text(one, &errs);
+	assert_string_equal(errs, "");
+	two = print_conf(again, NULL);
+	assert_string_equal(one, two);
+	free(one);
+	free(two);
+	free(errs);
+	config_free(again);
+	config_free(conf);
+
+	/* mask none: everything recorded as the model sent it */
+	conf = must_parse("audit { mask none }\n");
+	assert_true(conf->c_audit.ac_mask_set);
+	assert_int_equal(conf->c_audit.ac_nmask, 0);
+	one = print_conf(conf, NULL);
+	assert_non_null(strstr(one, "audit {\n\tmask none\n}\n"));
+	again = parse_text(one, &errs);
+	assert_string_equal(errs, "");
+	assert_int_equal(again->c_audit.ac_nmask, 0);
+	free(one);
+	free(errs);
+	config_free(again);
+	config_free(conf);
+
+	check_error("audit { mask none\n mask \"x\" }\n", "t.conf:2: mask: "
+	    "cannot follow mask none");
+	check_error("audit { mask \"x\"\n mask none }\n", "t.conf:2: mask "
+	    "none: cannot be combined with other mask lines");
+	check_error("audit { mask \"\" }\n", "t.conf:1: mask \"\": expected "
+	    "1-128 printable characters");
+	check_error("audit { mask }\n", "t.conf:1: expected a quoted string "
+	    "after \"mask\", got \"}\"");
+	check_error("audit { signing-key-file \"a\"\n signing-key-file \"b\" "
+	    "}\n", "t.conf:2: duplicate \"signing-key-file\" in audit (first "
+	    "at line 1)");
+	check_error("audit { }\naudit { }\n", "t.conf:2: duplicate audit "
+	    "block (first at t.conf:1)");
+	check_error("audit { masks \"x\" }\n", "t.conf:1: unknown keyword "
+	    "\"masks\" in audit");
+}
+
+static void
+write_key(const char *path, const char *type)
+{
+	EVP_PKEY	*k;
+	FILE		*fp;
+
+	if (strcmp(type, "ED25519") == 0)
+		k = EVP_PKEY_Q_keygen(NULL, NULL, "ED25519");
+	else
+		k = EVP_PKEY_Q_keygen(NULL, NULL, "EC", "P-256");
+	assert_non_null(k);
+	assert_non_null(fp = fopen(path, "w"));
+	assert_int_equal(PEM_write_PrivateKey(fp, k, NULL, NULL, 0, NULL,
+	    NULL), 1);
+	fclose(fp);
+	EVP_PKEY_free(k);
+}
+
+/* The parent reads the key, PEM lines and all, and checks what it is. */
+static void
+test_signing_key_file(void **state)
+{
+	struct mcpbroker_conf	*conf;
+	char			 dir[] = "/tmp/test_config.XXXXXX";
+	char			 path[256], text[512], want[1024], *errs, *out;
+
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/audit.key", dir);
+	snprintf(text, sizeof(text), "audit {\n signing-key-file \"%s\"\n}\n",
+	    path);
+	write_key(path, "ED25519");
+	conf = must_parse(text);
+	assert_int_equal(load_secrets(conf, &errs), 0);
+	assert_string_equal(errs, "");
+	free(errs);
+	assert_non_null(strstr(conf->c_audit.ac_signing_key.sr_value,
+	    "-----BEGIN PRIVATE KEY-----\n"));
+	out = print_conf(conf, NULL);
+	assert_null(strstr(out, "BEGIN"));
+	free(out);
+	config_free(conf);
+
+	/* Another kind of key, or no key at all, stops the daemon. */
+	write_key(path, "EC");
+	conf = must_parse(text);
+	assert_int_equal(load_secrets(conf, &errs), -1);
+	snprintf(want, sizeof(want), "t.conf:2: signing-key-file \"%s\": not "
+	    "an unencrypted Ed25519 private key in PEM (openssl genpkey "
+	    "-algorithm ed25519)\n", path);
+	assert_string_equal(errs, want);
+	assert_null(conf->c_audit.ac_signing_key.sr_value);
+	free(errs);
+	config_free(conf);
+	write_file(path, "not a key\n", 10);
+	conf = must_parse(text);
+	assert_int_equal(load_secrets(conf, &errs), -1);
+	assert_string_equal(errs, want);
+	free(errs);
+	config_free(conf);
+	unlink(path);
+	conf = must_parse(text);
+	assert_int_equal(load_secrets(conf, &errs), -1);
+	snprintf(want, sizeof(want), "t.conf:2: signing-key-file \"%s\": No "
+	    "such file or directory\n", path);
+	assert_string_equal(errs, want);
+	free(errs);
+	config_free(conf);
+	rmdir(dir);
+}
+
 static void
 test_strings(void **state)
 {
@@ -1563,6 +1719,8 @@ main(void)
 		cmocka_unit_test(test_truncated),
 		cmocka_unit_test(test_secrets),
 		cmocka_unit_test(test_jwks_file),
+		cmocka_unit_test(test_audit_block),
+		cmocka_unit_test(test_signing_key_file),
 		cmocka_unit_test(test_strings),
 	};
 	const char	*d;
