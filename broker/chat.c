@@ -53,6 +53,12 @@ struct tool_map {
 	struct json_object	*tm_schema;
 };
 
+enum verdict {
+	V_RUN,
+	V_ASK,		/* a confirm rule: the user approves first */
+	V_REFUSE,
+};
+
 struct call {
 	char			 c_id[64];	/* the provider's call id */
 	struct tool_map		*c_map;		/* NULL: unknown tool */
@@ -64,6 +70,10 @@ struct call {
 	struct json_object	*c_pending;	/* args awaiting approval */
 	struct event		*c_timer;	/* approval deadline */
 	int64_t			 c_audit;	/* the intent row, or 0 */
+	struct audit_async	*c_intent;	/* intent row being committed */
+	struct json_object	*c_decided;	/* its arguments, meanwhile */
+	enum verdict		 c_verdict;	/* what follows the commit */
+	char			*c_why;		/* a refusal, for the model */
 	char			*c_output;	/* the result, for the model */
 	int			 c_error;
 	int			 c_done;
@@ -133,6 +143,7 @@ static void	audit_outcome(struct turn *, struct call *, const char *);
 static void	audit_forged(struct turn *, struct call *);
 static void	audit_approval(struct turn *, struct call *, const char *);
 static void	approval_clear(struct call *);
+static void	intent_abandon(struct turn *, struct call *);
 
 /* ---- sessions ---- */
 
@@ -594,6 +605,9 @@ turn_free(struct turn *t)
 		}
 		if (t->t_calls[i].c_pending != NULL)	/* still asking */
 			approval_clear(&t->t_calls[i]);
+		if (t->t_calls[i].c_intent != NULL)	/* not sent yet */
+			intent_abandon(t, &t->t_calls[i]);
+		free(t->t_calls[i].c_why);
 		free(t->t_calls[i].c_name);
 		free(t->t_calls[i].c_args);
 		free(t->t_calls[i].c_output);
@@ -904,7 +918,11 @@ action_str(enum policy_action a)
 	    "deny";
 }
 
-/* Hex SHA-256 of the arguments as the model wrote them. */
+/*
+ * Hex SHA-256 of the arguments in the compact form the row's "arguments"
+ * has before masking: whoever holds a masked value can put it back in and
+ * show that it is the one the call carried.
+ */
 static void
 args_digest(const char *text, char out[65])
 {
@@ -916,15 +934,24 @@ args_digest(const char *text, char out[65])
 		snprintf(out + 2 * i, 3, "%02x", h[i]);
 }
 
-static int64_t
-audit_intent(struct turn *t, struct call *c, struct json_object *args,
-    const struct policy_decision *pd)
-{
-	struct json_object	*d = json_object_new_object();
-	char			 digest[65], rule[300];
-	int64_t			 id;
+static void	intent_recorded(int64_t, void *);
 
-	args_digest(c->c_args, digest);
+/*
+ * The decision, on record before anything runs: queued for the next
+ * group commit, and the call goes on in intent_recorded.  Arguments whose
+ * keys the audit block masks are "***" in the row, not in the digest.
+ */
+static struct audit_async *
+audit_intent(struct turn *t, struct call *c, struct json_object *args,
+    const struct policy_decision *pd, void *ref)
+{
+	const struct audit_conf	*ac = &controller_conf()->c_audit;
+	struct json_object	*d = json_object_new_object();
+	struct audit_async	*a;
+	char			 digest[65], rule[300];
+
+	args_digest(json_object_to_json_string_ext(args,
+	    JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE), digest);
 	json_object_object_add(d, "conversation",
 	    json_object_new_string(t->t_s->s_conversation));
 	json_object_object_add(d, "server",
@@ -942,11 +969,12 @@ audit_intent(struct turn *t, struct call *c, struct json_object *args,
 	    json_object_new_string(pd->pd_reason));
 	json_object_object_add(d, "arguments_sha256",
 	    json_object_new_string(digest));
-	json_object_object_add(d, "arguments", json_object_get(args));
-	id = audit_append(AUDIT_KIND_CALL, t->t_s->s_user, t->t_s->s_tenant,
-	    d);
+	json_object_object_add(d, "arguments", audit_mask(args, ac->ac_mask,
+	    ac->ac_nmask, NULL));
+	a = audit_append_async(AUDIT_KIND_CALL, t->t_s->s_user,
+	    t->t_s->s_tenant, d, intent_recorded, ref);
 	json_object_put(d);
-	return id;
+	return a;
 }
 
 /* The model asked for a tool this session was never offered. */
@@ -1006,54 +1034,111 @@ audit_outcome(struct turn *t, struct call *c, const char *outcome)
 	c->c_audit = 0;
 }
 
-enum verdict {
-	V_RUN,
-	V_ASK,		/* a confirm rule: the user approves first */
-	V_REFUSE,
-};
-
 /*
  * The decision for this very call (arguments, rate limits).  A confirm
  * rule holds the call for the user's approval on a stream; a JSON answer
- * has no way to ask, so there the call is refused.
+ * has no way to ask, so there the call is refused.  Nothing happens until
+ * the intent row is committed (intent_recorded).
  */
-static enum verdict
-policy_permits(struct turn *t, struct call *c, struct json_object *args,
-    char *why, size_t whylen)
+static void
+call_decide(struct turn *t, size_t i, struct json_object *args)
 {
-	struct policy_caller	pc;
-	struct policy_decision	pd;
-	char			id[256];
+	struct call		*c = &t->t_calls[i];
+	struct policy_caller	 pc;
+	struct policy_decision	 pd;
+	struct call_ref		*cr;
+	char			 id[256], why[512];
 
 	snprintf(id, sizeof(id), "%s.%s", c->c_map->tm_server,
 	    c->c_map->tm_tool);
 	session_caller(t->t_s, &pc);
 	policy_decide(&controller_conf()->c_rules, &pc, id, args,
 	    monotonic_ms(), &pd);
-	/* The intent is on record before anything runs, or nothing runs. */
-	if ((c->c_audit = audit_intent(t, c, args, &pd)) == -1) {
-		c->c_audit = 0;
-		snprintf(why, whylen, "%.160s was not run: the audit trail "
-		    "cannot be written", id);
-		log_warnx("chat %s: %s", t->t_s->s_user, why);
-		return V_REFUSE;
-	}
 	if (pd.pd_action == POLICY_ALLOW)
-		return V_RUN;
-	if (pd.pd_action == POLICY_CONFIRM && t->t_stream)
-		return V_ASK;
-	if (pd.pd_action == POLICY_CONFIRM)
-		snprintf(why, whylen, "%.160s needs the user's approval "
-		    "(%.200s), which only a streaming chat can ask for", id,
-		    pd.pd_reason);
-	else
-		snprintf(why, whylen, "%.160s was refused by policy: %.200s",
-		    id, pd.pd_reason);
-	log_info("chat %s: %s", t->t_s->s_user, why);
-	return V_REFUSE;
+		c->c_verdict = V_RUN;
+	else if (pd.pd_action == POLICY_CONFIRM && t->t_stream)
+		c->c_verdict = V_ASK;
+	else {
+		c->c_verdict = V_REFUSE;
+		if (pd.pd_action == POLICY_CONFIRM)
+			snprintf(why, sizeof(why), "%.160s needs the user's "
+			    "approval (%.200s), which only a streaming chat "
+			    "can ask for", id, pd.pd_reason);
+		else
+			snprintf(why, sizeof(why), "%.160s was refused by "
+			    "policy: %.200s", id, pd.pd_reason);
+		log_info("chat %s: %s", t->t_s->s_user, why);
+		c->c_why = xstrdup(why);
+	}
+	if ((cr = malloc(sizeof(*cr))) == NULL)
+		fatal("malloc");
+	cr->cr_turn = t;
+	cr->cr_index = i;
+	c->c_ref = cr;
+	c->c_decided = json_object_get(args);
+	c->c_intent = audit_intent(t, c, args, &pd, cr);
 }
 
 static void	call_run(struct turn *, size_t, struct json_object *);
+static void	approval_ask(struct turn *, size_t, struct json_object *);
+
+/*
+ * The intent row is committed (id), or could not be written (-1): only
+ * now does the call go on, and a call whose intent is not on record does
+ * not run.
+ */
+static void
+intent_recorded(int64_t id, void *arg)
+{
+	struct call_ref		 cr = *(struct call_ref *)arg;
+	struct turn		*t = cr.cr_turn;
+	struct call		*c = &t->t_calls[cr.cr_index];
+	struct json_object	*args = c->c_decided;
+	char			 why[512];
+
+	free(arg);
+	c->c_ref = NULL;
+	c->c_intent = NULL;
+	c->c_decided = NULL;
+	if (id == -1) {
+		snprintf(why, sizeof(why), "%.100s.%.100s was not run: the "
+		    "audit trail cannot be written", c->c_map->tm_server,
+		    c->c_map->tm_tool);
+		log_warnx("chat %s: %s", t->t_s->s_user, why);
+		call_finish(t, c, why, 1);
+	} else if (c->c_verdict == V_REFUSE) {
+		/* The intent row says it all: no outcome row. */
+		snprintf(why, sizeof(why), "%s", c->c_why);
+		call_finish(t, c, why, 1);
+	} else {
+		c->c_audit = id;
+		if (c->c_verdict == V_ASK)
+			approval_ask(t, cr.cr_index, args);
+		else
+			call_run(t, cr.cr_index, args);
+	}
+	json_object_put(args);
+}
+
+/*
+ * The turn ends while the intent row waits for its commit: it is written
+ * now, and an outcome row says the call never ran.
+ */
+static void
+intent_abandon(struct turn *t, struct call *c)
+{
+	int64_t id = audit_settle(c->c_intent);
+
+	c->c_intent = NULL;
+	free(c->c_ref);
+	c->c_ref = NULL;
+	json_object_put(c->c_decided);
+	c->c_decided = NULL;
+	if (id > 0 && c->c_verdict != V_REFUSE) {
+		c->c_audit = id;
+		audit_outcome(t, c, "cancelled");
+	}
+}
 
 /* The call no longer waits for an answer. */
 static void
@@ -1140,20 +1225,8 @@ call_start(struct turn *t, size_t i)
 	} else if (args == NULL) {
 		call_finish(t, c, "the arguments are not a valid JSON object; "
 		    "call the tool again with a JSON object", 1);
-	} else {
-		switch (policy_permits(t, c, args, why, sizeof(why))) {
-		case V_REFUSE:
-			c->c_audit = 0;		/* the intent row says it all */
-			call_finish(t, c, why, 1);
-			break;
-		case V_ASK:
-			approval_ask(t, i, args);
-			break;
-		case V_RUN:
-			call_run(t, i, args);
-			break;
-		}
-	}
+	} else
+		call_decide(t, i, args);
 	json_object_put(args);
 }
 
@@ -1246,6 +1319,7 @@ round_after_tools(struct turn *t)
 			json_object_array_add(t->t_used,
 			    json_object_new_string(id));
 		}
+		free(c->c_why);
 		free(c->c_name);
 		free(c->c_args);
 		free(c->c_output);

@@ -967,6 +967,15 @@ controller_configure(struct mcpbroker_conf *conf, int reload)
 		if ((ctl.http = http_client_new(child_base(), &co)) == NULL)
 			fatalx("cannot set up the HTTP client for providers");
 	}
+	/* Intents are group-committed on our loop. */
+	audit_init(child_base());
+	/* The parent checked the key: one that fails here signs nothing. */
+	if (audit_set_signing_key(conf->c_audit.ac_signing_key.sr_value) ==
+	    -1) {
+		log_warnx("audit: signing-key-file is not an Ed25519 key; "
+		    "checkpoints cannot be signed");
+		(void)audit_set_signing_key(NULL);
+	}
 	if (reload)
 		audit_system("config_reloaded", "servers", NULL, NULL);
 	/* Conversations past their retention go now, then every day. */

@@ -221,8 +221,8 @@ query_param(struct evkeyvalq *q, const char *key)
 
 /*
  * The audit trail for administrators: an `admin` sees every tenant, a
- * `tenant-admin` only their own; filters user, kind, since, until (ms),
- * limit.
+ * `tenant-admin` only their own; filters user, kind, tool, decision,
+ * since, until (ms, ISO 8601 UTC, or a duration ago: 1h), limit.
  */
 static void
 r_audit(uint64_t id, const struct store_user *u, const char *rest,
@@ -232,7 +232,8 @@ r_audit(uint64_t id, const struct store_user *u, const char *rest,
 	struct evkeyvalq	 q;
 	struct json_object	*r, *rows;
 	char			*user, *kind, *since, *until, *limit;
-	int			 truncated = 0;
+	int64_t			 now = (int64_t)time(NULL) * 1000;
+	int			 truncated = 0, bad;
 
 	(void)rest;
 	(void)body;
@@ -253,20 +254,28 @@ r_audit(uint64_t id, const struct store_user *u, const char *rest,
 	since = query_param(&q, "since");
 	until = query_param(&q, "until");
 	limit = query_param(&q, "limit");
-	f.af_since_ms = since != NULL ? strtoll(since, NULL, 10) : 0;
-	f.af_until_ms = until != NULL ? strtoll(until, NULL, 10) : 0;
+	f.af_tool = evhttp_find_header(&q, "tool");
+	f.af_decision = evhttp_find_header(&q, "decision");
+	bad = (since != NULL && audit_time_parse(since, now,
+	    &f.af_since_ms) == -1) || (until != NULL &&
+	    audit_time_parse(until, now, &f.af_until_ms) == -1);
 	f.af_limit = limit != NULL ? (unsigned int)strtoul(limit, NULL, 10) : 0;
 	if (f.af_limit > 10000)
 		f.af_limit = 10000;
 	if (!has_role(u, "admin"))
 		f.af_tenant = u->su_tenant;
-	rows = audit_list(&f, &truncated);
+	rows = bad ? NULL : audit_list(&f, &truncated);
 	free(user);
 	free(kind);
 	free(since);
 	free(until);
 	free(limit);
 	evhttp_clear_headers(&q);
+	if (bad) {
+		api_error(id, 400, "bad_request", "since and until: ms since "
+		    "the epoch, ISO 8601 in UTC, or a duration such as 1h");
+		return;
+	}
 	r = json_object_new_object();
 	json_object_object_add(r, "rows", rows);
 	json_object_object_add(r, "truncated", json_object_new_boolean(

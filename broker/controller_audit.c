@@ -7,16 +7,28 @@
  * This is tamper-evidence, not tamper-proofing: the hash has no key, so
  * whoever can write the database can rewrite the chain from any row on
  * and the checkpoint with it.  What defeats that is a copy held elsewhere:
- * the export to a SIEM, or the head hash `audit verify` prints, noted down.
+ * the export to a SIEM, or a signed checkpoint (`audit checkpoint`, with
+ * the Ed25519 key the parent reads) kept off the box.
+ *
+ * Rows a caller must have on record before it acts (a tool call's intent)
+ * are group-committed: queued, written together once per pass of the
+ * event loop, then each caller continues.  Durability is real (WAL,
+ * synchronous FULL); it costs one fsync per batch, not per row.
  */
+#include <sys/queue.h>
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include <event2/event.h>
 #include <json-c/json.h>
+#include <openssl/err.h>
 #include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
 #include <sqlite3.h>
 
 #include "broker/controller.h"
@@ -172,28 +184,29 @@ step_done(sqlite3_stmt *st)
 	return rc == SQLITE_DONE ? 0 : -1;
 }
 
+/* One row through the chain's prepared INSERT. */
 static int
-row_insert(const struct audit_row *r, const unsigned char *hash)
+row_insert(sqlite3_stmt *st, const struct audit_row *r,
+    const unsigned char *hash)
 {
-	sqlite3_stmt	*st;
-	int		 i;
+	int		 i, rc;
 	const struct audit_text *f[] = { &r->ar_kind, &r->ar_user,
 	    &r->ar_tenant, &r->ar_detail };
 
-	if (sqlite3_prepare_v2(store_db(), "INSERT INTO audit (id, ts, kind, "
-	    "user, tenant, detail, prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?, "
-	    "?, ?)", -1, &st, NULL) != SQLITE_OK)
-		return -1;
 	sqlite3_bind_int64(st, 1, r->ar_id);
 	sqlite3_bind_int64(st, 2, r->ar_ts);
 	for (i = 0; i < 4; i++)
 		if (f[i]->p != NULL)
 			sqlite3_bind_text(st, 3 + i, f[i]->p, (int)f[i]->len,
 			    SQLITE_STATIC);
+		else
+			sqlite3_bind_null(st, 3 + i);
 	sqlite3_bind_blob(st, 7, r->ar_prev_hash, AUDIT_HASH_LEN,
 	    SQLITE_STATIC);
 	sqlite3_bind_blob(st, 8, hash, AUDIT_HASH_LEN, SQLITE_STATIC);
-	return step_done(st);
+	rc = sqlite3_step(st);
+	sqlite3_reset(st);
+	return rc == SQLITE_DONE ? 0 : -1;
 }
 
 static int
@@ -212,66 +225,316 @@ head_set(int64_t id, const unsigned char *hash)
 	return 0;
 }
 
-/* Inside a transaction: link the row to the head, store it, move the head. */
-static int64_t
-append_locked(const char *kind, const char *user, const char *tenant,
-    const char *detail)
+/*
+ * Appending, inside a transaction: the head is read once, each row is
+ * linked to the one before it and inserted, and the head moves once, at
+ * the end.  A batch of group commit is one chain; so is a single row.
+ */
+struct chain {
+	sqlite3_stmt	*ch_insert;
+	int64_t		 ch_first;	/* the head's id when opened */
+	int64_t		 ch_id;		/* the last row's */
+	unsigned char	 ch_hash[AUDIT_HASH_LEN];
+};
+
+static int
+chain_open(struct chain *c)
 {
-	unsigned char		prev[AUDIT_HASH_LEN], hash[AUDIT_HASH_LEN];
+	memset(c, 0, sizeof(*c));
+	if (head_get(&c->ch_id, c->ch_hash) == -1)
+		return -1;
+	c->ch_first = c->ch_id;
+	if (sqlite3_prepare_v2(store_db(), "INSERT INTO audit (id, ts, kind, "
+	    "user, tenant, detail, prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?, "
+	    "?, ?)", -1, &c->ch_insert, NULL) != SQLITE_OK)
+		return -1;
+	return 0;
+}
+
+static int64_t
+chain_add(struct chain *c, const char *kind, const char *user,
+    const char *tenant, const char *detail)
+{
+	unsigned char		hash[AUDIT_HASH_LEN];
 	struct audit_row	r;
 
-	if (head_get(&r.ar_id, prev) == -1)
-		return -1;
-	r.ar_id++;
+	r.ar_id = c->ch_id + 1;
 	r.ar_ts = now_ms();
 	r.ar_kind = text_of(kind);
 	r.ar_user = text_of(user);
 	r.ar_tenant = text_of(tenant);
 	r.ar_detail = text_of(detail);
-	r.ar_prev_hash = prev;
+	r.ar_prev_hash = c->ch_hash;
 	audit_hash(&r, hash);
-	if (row_insert(&r, hash) == -1 || head_set(r.ar_id, hash) == -1) {
+	if (row_insert(c->ch_insert, &r, hash) == -1) {
 		log_warnx("audit: cannot append: %s",
 		    sqlite3_errmsg(store_db()));
 		return -1;
 	}
+	c->ch_id = r.ar_id;
+	memcpy(c->ch_hash, hash, sizeof(hash));
 	return r.ar_id;
+}
+
+/* ok: move the head to the last row added; -1 if that fails or !ok. */
+static int
+chain_close(struct chain *c, int ok)
+{
+	sqlite3_finalize(c->ch_insert);
+	c->ch_insert = NULL;
+	if (ok && c->ch_id != c->ch_first && head_set(c->ch_id,
+	    c->ch_hash) == -1) {
+		log_warnx("audit: cannot append: %s",
+		    sqlite3_errmsg(store_db()));
+		return -1;
+	}
+	return ok ? 0 : -1;
+}
+
+static int64_t
+append_locked(const char *kind, const char *user, const char *tenant,
+    const char *detail)
+{
+	struct chain	c;
+	int64_t		id = -1;
+
+	if (chain_open(&c) == 0)
+		id = chain_add(&c, kind, user, tenant, detail);
+	if (chain_close(&c, id != -1) == -1)
+		return -1;
+	return id;
+}
+
+/* ---- group commit ---- */
+
+struct audit_async {
+	TAILQ_ENTRY(audit_async) aa_entry;
+	char			*aa_kind, *aa_user, *aa_tenant, *aa_detail;
+	int			 aa_written;
+	int64_t			 aa_id;		/* once written: row or -1 */
+	audit_done_fn		 aa_done;	/* NULL: nobody waits */
+	void			*aa_arg;
+};
+TAILQ_HEAD(audit_queue, audit_async);
+
+static struct {
+	struct event		*ev;		/* writes and runs the queue */
+	struct audit_queue	 queue;		/* in the order asked for */
+} aq = { NULL, TAILQ_HEAD_INITIALIZER(aq.queue) };
+
+static char *
+dup_or_null(const char *s)
+{
+	char *d;
+
+	if (s == NULL)
+		return NULL;
+	if ((d = strdup(s)) == NULL)
+		fatal("strdup");
+	return d;
+}
+
+static void
+entry_free(struct audit_async *e)
+{
+	free(e->aa_kind);
+	free(e->aa_user);
+	free(e->aa_tenant);
+	free(e->aa_detail);
+	free(e);
+}
+
+/* The row's detail as stored; NULL for a detail that is not an object. */
+static const char *
+detail_str(const char *kind, struct json_object *detail)
+{
+	if (store_db() == NULL || kind == NULL || (detail != NULL &&
+	    !json_object_is_type(detail, json_type_object))) {
+		log_warnx("audit: bad append (%s)", kind != NULL ? kind : "?");
+		return NULL;
+	}
+	if (detail == NULL)
+		return "{}";
+	return json_object_to_json_string_ext(detail, JSON_C_TO_STRING_PLAIN |
+	    JSON_C_TO_STRING_NOSLASHESCAPE);
+}
+
+static struct audit_async *
+enqueue(const char *kind, const char *user, const char *tenant,
+    const char *detail)
+{
+	struct audit_async *e;
+
+	if ((e = calloc(1, sizeof(*e))) == NULL)
+		fatal("calloc");
+	e->aa_kind = dup_or_null(kind);
+	e->aa_user = dup_or_null(user);
+	e->aa_tenant = dup_or_null(tenant);
+	e->aa_detail = dup_or_null(detail);
+	TAILQ_INSERT_TAIL(&aq.queue, e, aa_entry);
+	return e;
+}
+
+/*
+ * Every queued row not yet written, in order, in one transaction: one
+ * commit, one fsync, however many rows.  If any fails none is written and
+ * all get -1, so that nothing runs whose intent is not on record.  Never
+ * inside a caller's transaction (audit_begin writes the queue first).
+ */
+static void
+queue_write(int schedule)
+{
+	struct audit_async	*e, *first;
+	struct chain		 c;
+	int			 ok, waiting = 0;
+
+	TAILQ_FOREACH(first, &aq.queue, aa_entry)
+		if (!first->aa_written)
+			break;
+	if (first == NULL)
+		return;
+	ok = store_db() != NULL && sqlite3_get_autocommit(store_db()) &&
+	    exec("BEGIN IMMEDIATE;") == 0;
+	if (ok) {
+		ok = chain_open(&c) == 0;
+		for (e = first; ok && e != NULL; e = TAILQ_NEXT(e, aa_entry))
+			if (!e->aa_written && (e->aa_id = chain_add(&c,
+			    e->aa_kind, e->aa_user, e->aa_tenant,
+			    e->aa_detail)) == -1)
+				ok = 0;
+		ok = chain_close(&c, ok) == 0;
+	}
+	if (ok && exec("COMMIT;") == -1)
+		ok = 0;
+	if (!ok && store_db() != NULL && !sqlite3_get_autocommit(store_db()))
+		(void)exec("ROLLBACK;");
+	for (e = first; e != NULL; e = TAILQ_NEXT(e, aa_entry)) {
+		if (e->aa_written)	/* refused when it was asked for */
+			continue;
+		if (!ok)
+			e->aa_id = -1;
+		e->aa_written = 1;
+		waiting |= e->aa_done != NULL;
+	}
+	if (waiting && schedule && aq.ev != NULL)
+		event_active(aq.ev, EV_TIMEOUT, 0);
+}
+
+/*
+ * Write what is queued, then tell each waiting caller, oldest first.  A
+ * callback may queue more (they go at the end and are written on the
+ * next run, which queueing schedules) or settle others (they leave the
+ * queue): so take the head afresh each time.
+ */
+static void
+queue_run(int fd, short events, void *arg)
+{
+	struct audit_async	*e;
+	audit_done_fn		 done;
+	void			*done_arg;
+	int64_t			 id;
+
+	(void)fd;
+	(void)events;
+	(void)arg;
+	queue_write(0);
+	while ((e = TAILQ_FIRST(&aq.queue)) != NULL && e->aa_written) {
+		TAILQ_REMOVE(&aq.queue, e, aa_entry);
+		done = e->aa_done;
+		done_arg = e->aa_arg;
+		id = e->aa_id;
+		entry_free(e);
+		if (done != NULL)
+			done(id, done_arg);
+	}
+}
+
+void
+audit_init(struct event_base *base)
+{
+	if (aq.ev != NULL) {
+		if (event_get_base(aq.ev) == base)
+			return;
+		event_free(aq.ev);
+	}
+	if ((aq.ev = event_new(base, -1, 0, queue_run, NULL)) == NULL)
+		fatalx("audit: event_new");
+}
+
+struct audit_async *
+audit_append_async(const char *kind, const char *user, const char *tenant,
+    struct json_object *detail, audit_done_fn done, void *arg)
+{
+	struct audit_async	*e;
+	const char		*text;
+
+	if (aq.ev == NULL)
+		fatalx("audit: no event loop for group commit");
+	text = detail_str(kind, detail);
+	e = enqueue(kind, user, tenant, text);
+	e->aa_done = done;
+	e->aa_arg = arg;
+	if (text == NULL) {		/* refused now, answered later */
+		e->aa_written = 1;
+		e->aa_id = -1;
+	}
+	/* Once per pass: an active event stays active until it runs. */
+	event_active(aq.ev, EV_TIMEOUT, 0);
+	return e;
+}
+
+int64_t
+audit_settle(struct audit_async *e)
+{
+	int64_t id;
+
+	if (!e->aa_written)
+		queue_write(1);
+	id = e->aa_id;
+	TAILQ_REMOVE(&aq.queue, e, aa_entry);
+	entry_free(e);
+	return id;
 }
 
 int64_t
 audit_append(const char *kind, const char *user, const char *tenant,
     struct json_object *detail)
 {
-	const char	*text = "{}";
-	int64_t		 id;
-	int		 outer;
+	struct audit_async	*e;
+	const char		*text;
+	int64_t			 id;
 
-	if (store_db() == NULL || kind == NULL || (detail != NULL &&
-	    !json_object_is_type(detail, json_type_object))) {
-		log_warnx("audit: bad append (%s)", kind != NULL ? kind : "?");
+	if ((text = detail_str(kind, detail)) == NULL)
 		return -1;
+	/* Nested in the caller's transaction: a savepoint of its own. */
+	if (!sqlite3_get_autocommit(store_db())) {
+		if (exec("SAVEPOINT audit_append;") == -1)
+			return -1;
+		if ((id = append_locked(kind, user, tenant, text)) == -1 ||
+		    exec("RELEASE audit_append;") == -1) {
+			(void)exec("ROLLBACK TO audit_append; RELEASE "
+			    "audit_append;");
+			return -1;
+		}
+		return id;
 	}
-	if (detail != NULL)
-		text = json_object_to_json_string_ext(detail,
-		    JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE);
-	/* Nested in the caller's transaction, a savepoint; else our own. */
-	outer = !sqlite3_get_autocommit(store_db());
-	if (exec(outer ? "SAVEPOINT audit_append;" : "BEGIN IMMEDIATE;") ==
-	    -1)
-		return -1;
-	if ((id = append_locked(kind, user, tenant, text)) == -1 ||
-	    exec(outer ? "RELEASE audit_append;" : "COMMIT;") == -1) {
-		(void)exec(outer ? "ROLLBACK TO audit_append; RELEASE "
-		    "audit_append;" : "ROLLBACK;");
-		return -1;
-	}
+	/* Else with whatever is queued, after it: ids in the order asked. */
+	e = enqueue(kind, user, tenant, text);
+	queue_write(1);
+	id = e->aa_id;
+	TAILQ_REMOVE(&aq.queue, e, aa_entry);
+	entry_free(e);
 	return id;
 }
 
+/* Queued rows first: they were asked for before this change. */
 int
 audit_begin(void)
 {
-	return store_db() != NULL ? exec("BEGIN IMMEDIATE;") : -1;
+	if (store_db() == NULL)
+		return -1;
+	queue_write(1);
+	return exec("BEGIN IMMEDIATE;");
 }
 
 int
@@ -498,6 +761,105 @@ row_json(sqlite3_stmt *st)
 	return o;
 }
 
+/* ---- filters: small SQL functions over a row's detail ---- */
+
+static struct json_object *
+sql_detail_object(sqlite3_value *v)
+{
+	const char *text = (const char *)sqlite3_value_text(v);
+
+	return text != NULL ? json_parse_object(text, strlen(text)) : NULL;
+}
+
+static void
+sql_result_str(sqlite3_context *cx, struct json_object *o, const char *key)
+{
+	struct json_object *v;
+
+	if (o != NULL && json_object_object_get_ex(o, key, &v) &&
+	    (json_object_is_type(v, json_type_string) ||
+	    json_object_is_type(v, json_type_int)))
+		sqlite3_result_text(cx, json_object_get_string(v), -1,
+		    SQLITE_TRANSIENT);
+	else
+		sqlite3_result_null(cx);
+}
+
+/* audit_detail(detail, key): a top-level string or integer, else NULL. */
+static void
+sql_detail(sqlite3_context *cx, int argc, sqlite3_value **argv)
+{
+	struct json_object	*o = sql_detail_object(argv[0]);
+	const char		*key;
+
+	key = (const char *)sqlite3_value_text(argv[1]);
+	(void)argc;
+	sql_result_str(cx, key != NULL ? o : NULL, key != NULL ? key : "");
+	json_object_put(o);
+}
+
+/* audit_tool(detail): SERVER.TOOL, or the name a forged call used. */
+static void
+sql_tool(sqlite3_context *cx, int argc, sqlite3_value **argv)
+{
+	struct json_object	*o = sql_detail_object(argv[0]), *server, *tool;
+	char			*id;
+
+	(void)argc;
+	if (o != NULL && json_object_object_get_ex(o, "server", &server) &&
+	    json_object_object_get_ex(o, "tool", &tool)) {
+		if (asprintf(&id, "%s.%s", json_object_get_string(server),
+		    json_object_get_string(tool)) == -1)
+			fatal("asprintf");
+		sqlite3_result_text(cx, id, -1, free);
+	} else
+		sql_result_str(cx, o, "name");
+	json_object_put(o);
+}
+
+/* audit_glob(pattern, text): the policy's globs, `*` and `?`. */
+static void
+sql_glob(sqlite3_context *cx, int argc, sqlite3_value **argv)
+{
+	const char *p = (const char *)sqlite3_value_text(argv[0]);
+	const char *t = (const char *)sqlite3_value_text(argv[1]);
+
+	(void)argc;
+	sqlite3_result_int(cx, p != NULL && t != NULL && audit_glob(p, t, 0));
+}
+
+static int
+sql_functions(void)
+{
+	static const struct {
+		const char	*name;
+		int		 argc;
+		void		(*fn)(sqlite3_context *, int, sqlite3_value **);
+	} fns[] = {
+		{ "audit_detail", 2, sql_detail },
+		{ "audit_tool", 1, sql_tool },
+		{ "audit_glob", 2, sql_glob },
+	};
+	size_t i;
+
+	for (i = 0; i < sizeof(fns) / sizeof(fns[0]); i++)
+		if (sqlite3_create_function(store_db(), fns[i].name,
+		    fns[i].argc, SQLITE_UTF8 | SQLITE_DETERMINISTIC, NULL,
+		    fns[i].fn, NULL, NULL) != SQLITE_OK)
+			return -1;
+	return 0;
+}
+
+/* A tool's calls, and the outcomes and approvals that name them. */
+#define TOOL_FILTER \
+	" AND ((kind = 'tool_call' AND audit_glob(?7, audit_tool(detail)))" \
+	" OR (kind IN ('tool_result', 'approval') AND" \
+	" CAST(audit_detail(detail, 'intent') AS INTEGER) IN (SELECT id FROM" \
+	" audit WHERE kind = 'tool_call' AND" \
+	" audit_glob(?7, audit_tool(detail)))))"
+#define DECISION_FILTER \
+	" AND kind = 'tool_call' AND audit_detail(detail, 'decision') = ?8"
+
 /*
  * Only the conditions asked for: with a time bound the ts index is the
  * way in; without one, a walk back from the newest id that stops at the
@@ -507,17 +869,23 @@ static sqlite3_stmt *
 list_prepare(const struct audit_filter *f)
 {
 	sqlite3_stmt	*st;
-	char		 q[600];
+	char		 q[1200];
 
+	if (sql_functions() == -1)
+		return NULL;
 	snprintf(q, sizeof(q), "SELECT id, ts, kind, user, tenant, detail "
-	    "FROM audit WHERE 1%s%s%s%s%s ORDER BY id DESC LIMIT ?5",
+	    "FROM audit WHERE 1%s%s%s%s%s%s%s ORDER BY id DESC LIMIT ?5",
 	    f->af_since_ms > 0 ? " AND ts >= ?1" : "",
 	    f->af_until_ms > 0 ? " AND ts <= ?2" : "",
 	    f->af_user != NULL ? " AND user = ?3" : "",
 	    f->af_kind != NULL ? " AND kind = ?4" : "",
-	    f->af_tenant != NULL ? " AND tenant = ?6" : "");
-	if (sqlite3_prepare_v2(store_db(), q, -1, &st, NULL) != SQLITE_OK)
+	    f->af_tenant != NULL ? " AND tenant = ?6" : "",
+	    f->af_tool != NULL ? TOOL_FILTER : "",
+	    f->af_decision != NULL ? DECISION_FILTER : "");
+	if (sqlite3_prepare_v2(store_db(), q, -1, &st, NULL) != SQLITE_OK) {
+		log_warnx("audit: %s", sqlite3_errmsg(store_db()));
 		return NULL;
+	}
 	sqlite3_bind_int64(st, 1, f->af_since_ms);
 	sqlite3_bind_int64(st, 2, f->af_until_ms);
 	if (f->af_user != NULL)
@@ -526,6 +894,10 @@ list_prepare(const struct audit_filter *f)
 		sqlite3_bind_text(st, 4, f->af_kind, -1, SQLITE_STATIC);
 	if (f->af_tenant != NULL)
 		sqlite3_bind_text(st, 6, f->af_tenant, -1, SQLITE_STATIC);
+	if (f->af_tool != NULL)
+		sqlite3_bind_text(st, 7, f->af_tool, -1, SQLITE_STATIC);
+	if (f->af_decision != NULL)
+		sqlite3_bind_text(st, 8, f->af_decision, -1, SQLITE_STATIC);
 	sqlite3_bind_int(st, 5, f->af_limit > 0 ? (int)f->af_limit :
 	    AUDIT_SHOW_DEFAULT);
 	return st;
@@ -574,12 +946,13 @@ add_hex(struct json_object *o, const char *key, sqlite3_stmt *st, int i)
 }
 
 int64_t
-audit_export(int64_t after_id, unsigned int max_rows, audit_line_fn fn,
-    void *arg)
+audit_export(int64_t after_id, unsigned int max_rows, enum audit_format fmt,
+    const char *host, audit_line_fn fn, void *arg)
 {
 	struct json_object	*o;
 	sqlite3_stmt		*st;
 	int64_t			 last = after_id, id;
+	char			*line;
 	int			 stop = 0;
 
 	if (store_db() == NULL || sqlite3_prepare_v2(store_db(),
@@ -594,14 +967,247 @@ audit_export(int64_t after_id, unsigned int max_rows, audit_line_fn fn,
 		o = row_json(st);
 		add_hex(o, "prev_hash", st, 6);
 		add_hex(o, "hash", st, 7);
-		stop = fn(id, json_object_to_json_string_ext(o,
-		    JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE),
-		    arg);
+		line = audit_format_row(fmt, o, host);
+		stop = fn(id, line, arg);
+		free(line);
 		json_object_put(o);
 		last = id;
 	}
 	sqlite3_finalize(st);
 	return last;
+}
+
+/* ---- signed checkpoints ---- */
+
+#define ED25519_SIG_LEN		64
+#define B64_MAX			256
+
+static EVP_PKEY *signing_key;
+
+/* An encrypted key file is refused, never prompted for. */
+static int
+no_passphrase(char *buf, int size, int rwflag, void *u)
+{
+	(void)buf;
+	(void)size;
+	(void)rwflag;
+	(void)u;
+	return 0;
+}
+
+int
+audit_set_signing_key(const char *pem)
+{
+	EVP_PKEY	*k = NULL;
+	BIO		*bio;
+
+	if (pem != NULL) {
+		if ((bio = BIO_new_mem_buf(pem, -1)) == NULL)
+			return -1;
+		k = PEM_read_bio_PrivateKey(bio, NULL, no_passphrase, NULL);
+		BIO_free(bio);
+		ERR_clear_error();
+		if (k == NULL || EVP_PKEY_get_id(k) != EVP_PKEY_ED25519) {
+			EVP_PKEY_free(k);
+			return -1;
+		}
+	}
+	EVP_PKEY_free(signing_key);
+	signing_key = k;
+	return 0;
+}
+
+/* The public half as base64 DER (SubjectPublicKeyInfo): a PEM's body. */
+static int
+public_key_b64(char *out, size_t outlen)
+{
+	unsigned char	*der = NULL;
+	int		 len;
+
+	if ((len = i2d_PUBKEY(signing_key, &der)) <= 0 ||
+	    (size_t)(len + 2) / 3 * 4 + 1 > outlen) {
+		OPENSSL_free(der);
+		return -1;
+	}
+	EVP_EncodeBlock((unsigned char *)out, der, len);
+	OPENSSL_free(der);
+	return 0;
+}
+
+static int
+sig_op(int sign, const char *msg, size_t len, unsigned char *sig,
+    size_t *siglen)
+{
+	EVP_MD_CTX	*md;
+	int		 ok;
+
+	if ((md = EVP_MD_CTX_new()) == NULL)
+		return -1;
+	/* Ed25519 hashes by itself: no digest, one shot. */
+	if (sign)
+		ok = EVP_DigestSignInit(md, NULL, NULL, NULL, signing_key) ==
+		    1 && EVP_DigestSign(md, sig, siglen,
+		    (const unsigned char *)msg, len) == 1;
+	else
+		ok = EVP_DigestVerifyInit(md, NULL, NULL, NULL,
+		    signing_key) == 1 && EVP_DigestVerify(md, sig, *siglen,
+		    (const unsigned char *)msg, len) == 1;
+	EVP_MD_CTX_free(md);
+	ERR_clear_error();
+	return ok ? 0 : -1;
+}
+
+struct json_object *
+audit_checkpoint(char *why, size_t whylen)
+{
+	unsigned char		 head[AUDIT_HASH_LEN], sig[ED25519_SIG_LEN];
+	char			 hhex[2 * AUDIT_HASH_LEN + 1];
+	char			 when[AUDIT_TIME_LEN];
+	char			 text[512], pub[B64_MAX], sig64[B64_MAX];
+	char			 broken[256];
+	struct json_object	*cp;
+	uint64_t		 rows;
+	size_t			 siglen = sizeof(sig);
+	int			 len;
+
+	if (signing_key == NULL) {
+		snprintf(why, whylen, "no signing key is configured: add "
+		    "audit { signing-key-file \"PATH\" } (openssl genpkey "
+		    "-algorithm ed25519) and reload");
+		return NULL;
+	}
+	/* A checkpoint vouches for the chain: never for a broken one. */
+	if (audit_verify(broken, sizeof(broken), &rows, head) == -1) {
+		snprintf(why, whylen, "the trail is broken (%s): not signing "
+		    "it", broken);
+		return NULL;
+	}
+	hex(head, sizeof(head), hhex);
+	audit_time_str(now_ms(), when, sizeof(when));
+	/* Ids run 1..rows in a trail that verifies. */
+	if ((len = audit_checkpoint_text(text, sizeof(text), (int64_t)rows,
+	    hhex, (int64_t)rows, when)) == -1 ||
+	    sig_op(1, text, (size_t)len, sig, &siglen) == -1 ||
+	    siglen != sizeof(sig) || public_key_b64(pub, sizeof(pub)) == -1) {
+		snprintf(why, whylen, "signing failed");
+		return NULL;
+	}
+	EVP_EncodeBlock((unsigned char *)sig64, sig, sizeof(sig));
+	cp = json_object_new_object();
+	json_object_object_add(cp, "version", json_object_new_int(
+	    AUDIT_CHECKPOINT_VERSION));
+	json_object_object_add(cp, "last_id", json_object_new_int64(
+	    (int64_t)rows));
+	json_object_object_add(cp, "head", json_object_new_string(hhex));
+	json_object_object_add(cp, "rows", json_object_new_int64(
+	    (int64_t)rows));
+	json_object_object_add(cp, "time", json_object_new_string(when));
+	json_object_object_add(cp, "public_key", json_object_new_string(pub));
+	json_object_object_add(cp, "signature", json_object_new_string(sig64));
+	return cp;
+}
+
+/* Exactly 64 bytes of padded base64, or -1. */
+static int
+sig_decode(const char *b64, unsigned char sig[ED25519_SIG_LEN])
+{
+	unsigned char	buf[B64_MAX];
+	size_t		len = strlen(b64);
+
+	if (len != 88 || strcmp(b64 + 86, "==") != 0 ||
+	    EVP_DecodeBlock(buf, (const unsigned char *)b64, (int)len) != 66)
+		return -1;
+	memcpy(sig, buf, ED25519_SIG_LEN);
+	return 0;
+}
+
+/* The trail must still hold row last_id, with the hash vouched for. */
+static int
+checkpoint_row(int64_t last_id, const char *head_hex, char *why,
+    size_t whylen)
+{
+	sqlite3_stmt	*st;
+	char		 h[2 * AUDIT_HASH_LEN + 1] = "";
+	int64_t		 max = 0;
+	int		 found = 0;
+
+	if (last_id == 0)
+		return 0;
+	if (sqlite3_prepare_v2(store_db(), "SELECT hash FROM audit WHERE id "
+	    "= ?", -1, &st, NULL) != SQLITE_OK) {
+		snprintf(why, whylen, "database: %s", sqlite3_errmsg(
+		    store_db()));
+		return -1;
+	}
+	sqlite3_bind_int64(st, 1, last_id);
+	if (sqlite3_step(st) == SQLITE_ROW) {
+		found = 1;
+		if (sqlite3_column_bytes(st, 0) == AUDIT_HASH_LEN)
+			hex(sqlite3_column_blob(st, 0), AUDIT_HASH_LEN, h);
+	}
+	sqlite3_finalize(st);
+	if (!found && sqlite3_prepare_v2(store_db(), "SELECT max(id) FROM "
+	    "audit", -1, &st, NULL) == SQLITE_OK) {
+		if (sqlite3_step(st) == SQLITE_ROW)
+			max = sqlite3_column_int64(st, 0);
+		sqlite3_finalize(st);
+	}
+	if (!found && max < last_id)
+		snprintf(why, whylen, "the trail was truncated: the "
+		    "checkpoint vouches for row %lld, the trail ends at row "
+		    "%lld", (long long)last_id, (long long)max);
+	else if (!found)
+		snprintf(why, whylen, "row %lld, which the checkpoint vouches "
+		    "for, is missing", (long long)last_id);
+	else if (strcmp(h, head_hex) != 0)
+		snprintf(why, whylen, "row %lld is not the row the checkpoint "
+		    "vouches for: the trail was rewritten", (long long)last_id);
+	else
+		return 0;
+	return -1;
+}
+
+int
+audit_checkpoint_check(struct json_object *cp, char *why, size_t whylen)
+{
+	unsigned char	 sig[ED25519_SIG_LEN];
+	const char	*head, *when, *pub, *sig64;
+	char		 text[512], ours[B64_MAX];
+	int64_t		 version, last_id, rows;
+	size_t		 siglen = sizeof(sig);
+	int		 len;
+
+	if (json_get_int(cp, "version", 1, 1, 0, &version) == -1 ||
+	    json_get_int(cp, "last_id", 0, INT64_MAX, 0, &last_id) == -1 ||
+	    json_get_int(cp, "rows", 0, INT64_MAX, 0, &rows) == -1 ||
+	    json_get_str(cp, "head", 64, 0, &head) == -1 ||
+	    json_get_str(cp, "time", 64, 0, &when) == -1 ||
+	    json_get_str(cp, "public_key", B64_MAX - 1, 0, &pub) == -1 ||
+	    json_get_str(cp, "signature", B64_MAX - 1, 0, &sig64) == -1 ||
+	    (len = audit_checkpoint_text(text, sizeof(text), last_id, head,
+	    rows, when)) == -1) {
+		snprintf(why, whylen, "not a checkpoint of version %d",
+		    AUDIT_CHECKPOINT_VERSION);
+		return -1;
+	}
+	if (signing_key == NULL) {
+		snprintf(why, whylen, "no signing key is configured, so the "
+		    "checkpoint's signature cannot be checked");
+		return -1;
+	}
+	if (public_key_b64(ours, sizeof(ours)) == -1 || strcmp(ours, pub) !=
+	    0) {
+		snprintf(why, whylen, "signed by another key than the "
+		    "configured signing-key-file");
+		return -1;
+	}
+	if (sig_decode(sig64, sig) == -1 ||
+	    sig_op(0, text, (size_t)len, sig, &siglen) == -1) {
+		snprintf(why, whylen, "the signature does not verify: the "
+		    "checkpoint was altered");
+		return -1;
+	}
+	return checkpoint_row(last_id, head, why, whylen);
 }
 
 /* ---- mcpbrokerctl audit ... ---- */
@@ -628,9 +1234,11 @@ admin_show(uint64_t id, struct json_object *o)
 	    json_get_int(o, "since", 0, INT64_MAX, 1, &f.af_since_ms) == -1 ||
 	    json_get_int(o, "until", 0, INT64_MAX, 1, &f.af_until_ms) == -1 ||
 	    json_get_str(o, "user", 64, 1, &f.af_user) == -1 ||
-	    json_get_str(o, "kind", 64, 1, &f.af_kind) == -1) {
+	    json_get_str(o, "kind", 64, 1, &f.af_kind) == -1 ||
+	    json_get_str(o, "tool", 256, 1, &f.af_tool) == -1 ||
+	    json_get_str(o, "decision", 16, 1, &f.af_decision) == -1) {
 		admin_error(id, "audit show: limit 1-10000, user and kind of "
-		    "64 characters at most");
+		    "64 characters at most, tool of 256");
 		return;
 	}
 	f.af_limit = (unsigned int)limit;
@@ -642,13 +1250,35 @@ admin_show(uint64_t id, struct json_object *o)
 	admin_reply(id, r);
 }
 
+/* A checkpoint held elsewhere, against the trail as it is now. */
+static struct json_object *
+verify_checkpoint(struct json_object *cp)
+{
+	struct json_object	*r = json_object_new_object(), *v;
+	char			 why[256];
+	int			 ok;
+
+	ok = audit_checkpoint_check(cp, why, sizeof(why)) == 0;
+	json_object_object_add(r, "ok", json_object_new_boolean(ok));
+	if (json_object_object_get_ex(cp, "last_id", &v))
+		json_object_object_add(r, "last_id", json_object_get(v));
+	if (json_object_object_get_ex(cp, "time", &v))
+		json_object_object_add(r, "time", json_object_get(v));
+	if (!ok) {
+		json_object_object_add(r, "problem",
+		    json_object_new_string(why));
+		log_warnx("audit verify: checkpoint: %s", why);
+	}
+	return r;
+}
+
 /* A broken trail is an answer, not a failed request: ok, intact false. */
 static void
-admin_verify(uint64_t id)
+admin_verify(uint64_t id, struct json_object *o)
 {
 	unsigned char		 head[AUDIT_HASH_LEN];
 	char			 why[256], h[2 * AUDIT_HASH_LEN + 1];
-	struct json_object	*r = reply_ok();
+	struct json_object	*r = reply_ok(), *cp;
 	uint64_t		 rows;
 	int			 intact;
 
@@ -663,6 +1293,25 @@ admin_verify(uint64_t id)
 		    json_object_new_string(why));
 		log_warnx("audit verify: %s", why);
 	}
+	if (json_object_object_get_ex(o, "checkpoint", &cp))
+		json_object_object_add(r, "checkpoint", verify_checkpoint(cp));
+	admin_reply(id, r);
+}
+
+static void
+admin_checkpoint(uint64_t id)
+{
+	struct json_object	*r, *cp;
+	char			 why[300];
+
+	if ((cp = audit_checkpoint(why, sizeof(why))) == NULL) {
+		admin_error(id, why);
+		return;
+	}
+	log_info("audit checkpoint: row %lld signed", (long long)
+	    json_object_get_int64(json_object_object_get(cp, "last_id")));
+	r = reply_ok();
+	json_object_object_add(r, "checkpoint", cp);
 	admin_reply(id, r);
 }
 
@@ -698,14 +1347,20 @@ admin_export(uint64_t id, struct json_object *o)
 {
 	struct export_buf	 b = { NULL, 0, 0 };
 	struct json_object	*r;
+	enum audit_format	 fmt = AUDIT_JSONL;
+	const char		*format = NULL, *host = NULL;
 	int64_t			 after = 0, last;
 
-	if (json_get_int(o, "after", 0, INT64_MAX, 1, &after) == -1) {
-		admin_error(id, "audit export: after must be a row id");
+	if (json_get_int(o, "after", 0, INT64_MAX, 1, &after) == -1 ||
+	    json_get_str(o, "format", 16, 1, &format) == -1 ||
+	    json_get_str(o, "host", 255, 1, &host) == -1 ||
+	    (format != NULL && audit_format_parse(format, &fmt) == -1)) {
+		admin_error(id, "audit export: after must be a row id, format "
+		    "jsonl, syslog or cef");
 		return;
 	}
-	if ((last = audit_export(after, AUDIT_EXPORT_ROWS, export_line,
-	    &b)) == -1) {
+	if ((last = audit_export(after, AUDIT_EXPORT_ROWS, fmt, host,
+	    export_line, &b)) == -1) {
 		free(b.buf);
 		admin_error(id, "audit export: database error");
 		return;
@@ -726,9 +1381,11 @@ audit_admin(uint64_t id, const char *op, struct json_object *o)
 	if (strcmp(op, "audit_show") == 0)
 		admin_show(id, o);
 	else if (strcmp(op, "audit_verify") == 0)
-		admin_verify(id);
+		admin_verify(id, o);
 	else if (strcmp(op, "audit_export") == 0)
 		admin_export(id, o);
+	else if (strcmp(op, "audit_checkpoint") == 0)
+		admin_checkpoint(id);
 	else
 		admin_error(id, "unknown op");
 }

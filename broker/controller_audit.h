@@ -10,6 +10,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "broker/audit_format.h"
+
+struct event_base;
 struct json_object;
 
 #define AUDIT_HASH_LEN		32	/* SHA-256 */
@@ -47,6 +50,8 @@ struct audit_filter {
 	const char	*af_user;	/* NULL: any */
 	const char	*af_kind;	/* NULL: any */
 	const char	*af_tenant;	/* NULL: any */
+	const char	*af_tool;	/* a glob over SERVER.TOOL; NULL: any */
+	const char	*af_decision;	/* allow, deny, confirm; NULL: any */
 	unsigned int	 af_limit;	/* the newest af_limit rows; 0: 50 */
 };
 
@@ -70,6 +75,28 @@ int	audit_begin(void);
 int	audit_end(int ok);
 
 /*
+ * Group commit.  audit_append_async queues a row; every row queued during
+ * one pass of the event loop is written in one transaction (one fsync) by
+ * an event on base, and then each done(id, arg) runs in order, id being
+ * the row's or -1 if it could not be written.  A caller that acts on
+ * someone's behalf acts in done, not before.  audit_append (synchronous)
+ * writes the queued rows first, in the same transaction, so ids follow the
+ * order in which rows were asked for.
+ */
+typedef void	(*audit_done_fn)(int64_t id, void *arg);
+struct audit_async;
+
+void	audit_init(struct event_base *base);
+struct audit_async *audit_append_async(const char *kind, const char *user,
+	    const char *tenant, struct json_object *detail, audit_done_fn done,
+	    void *arg);
+/*
+ * The caller goes away: its row is written now if it was not yet, done
+ * will not run, and the handle is gone.  Returns the row's id, or -1.
+ */
+int64_t	audit_settle(struct audit_async *);
+
+/*
  * Walk the whole trail: 0 if intact, else -1 with the first problem in
  * why ("row 17: contents changed").  rows gets the number of rows read,
  * head the hash of the last row (all zeros for an empty trail): an
@@ -78,24 +105,42 @@ int	audit_end(int ok);
 int	audit_verify(char *why, size_t whylen, uint64_t *rows,
 	    unsigned char head[AUDIT_HASH_LEN]);
 
-/* The filtered rows, oldest first: [{id, ts, kind, user, tenant, detail}]. */
+/*
+ * The filtered rows, oldest first: [{id, ts, kind, user, tenant, detail}].
+ * af_tool selects tool_call rows of matching tools and the tool_result and
+ * approval rows that refer to them; af_decision tool_call rows.
+ */
 struct json_object *audit_list(const struct audit_filter *,
 	    int *truncated);
 
 /*
- * JSON Lines for a SIEM: fn gets each row after after_id, in order, as one
- * line without its newline ({id, ts, kind, user, tenant, detail, prev_hash,
- * hash}, hashes in hex), until max_rows rows or fn returns non-zero.
- * Returns the last id given to fn (after_id if none), or -1.
+ * For a SIEM: fn gets each row after after_id, in order, as one line
+ * without its newline in the format (JSON Lines: {id, ts, kind, user,
+ * tenant, detail, prev_hash, hash}, hashes in hex; see audit_format.h),
+ * until max_rows rows or fn returns non-zero.  host names the machine in
+ * syslog lines.  Returns the last id given to fn (after_id if none), or -1.
  */
 typedef int	(*audit_line_fn)(int64_t id, const char *line, void *arg);
-int64_t	audit_export(int64_t after_id, unsigned int max_rows, audit_line_fn,
-	    void *arg);
+int64_t	audit_export(int64_t after_id, unsigned int max_rows,
+	    enum audit_format, const char *host, audit_line_fn, void *arg);
+
+/*
+ * Signed checkpoints.  The key is an Ed25519 private key in PEM (NULL: no
+ * key); -1 if it is not one.  audit_checkpoint verifies the trail and
+ * signs its head: {version, last_id, head, rows, time, public_key,
+ * signature}, or NULL with why.  audit_checkpoint_check: 0 if cp carries
+ * our signature and the trail still holds row last_id with that hash,
+ * else -1 with why (a truncation, a rewrite, another key, a forgery).
+ */
+int	audit_set_signing_key(const char *pem);
+struct json_object *audit_checkpoint(char *why, size_t whylen);
+int	audit_checkpoint_check(struct json_object *cp, char *why,
+	    size_t whylen);
 
 /* The row's hash: SHA-256 over the encoding in docs/ARCHITECTURE.md. */
 void	audit_hash(const struct audit_row *, unsigned char out[AUDIT_HASH_LEN]);
 
-/* `mcpbrokerctl audit show|verify|export`: op is "audit_...". */
+/* `mcpbrokerctl audit show|verify|export|checkpoint`: op "audit_...". */
 void	audit_admin(uint64_t id, const char *op, struct json_object *o);
 
 #endif

@@ -7,6 +7,7 @@
 #include <sys/un.h>
 
 #include <errno.h>
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,7 @@
 #include <event2/event.h>
 #include <json-c/json.h>
 
+#include "broker/audit_format.h"
 #include "broker/config.h"
 #include "common/log.h"
 #include "common/msg.h"
@@ -50,13 +52,22 @@ usage(void)
 	    "            erase a tenant: its users, conversations and usage\n"
 	    "  policy explain -u USER -t SERVER.TOOL\n"
 	    "            which rule decides whether USER may call the tool\n"
-	    "  audit show [-n N] [-u USER] [-k KIND]\n"
-	    "            the last N (50) rows of the audit trail, oldest "
-	    "first\n"
-	    "  audit verify     check the trail's hash chain; prints its "
+	    "  audit show [-n N] [-u USER] [-k KIND] [--tool GLOB]\n"
+	    "            [--decision allow|deny|confirm] [--since T] "
+	    "[--until T]\n"
+	    "            the last N (50) matching rows of the audit trail, "
+	    "oldest\n"
+	    "            first; T is ISO 8601 UTC or a duration ago (1h, "
+	    "7d)\n"
+	    "  audit verify [--checkpoint FILE]\n"
+	    "            check the trail's hash chain (and that it still "
+	    "holds\n"
+	    "            what a signed checkpoint vouches for); prints its "
 	    "head\n"
-	    "  audit export [--format jsonl]\n"
-	    "            the whole trail as JSON Lines on stdout\n"
+	    "  audit checkpoint the trail's head, signed with the audit "
+	    "signing key\n"
+	    "  audit export [--format jsonl|syslog|cef]\n"
+	    "            the whole trail on stdout, one record per line\n"
 	    "  server tools NAME\n"
 	    "            the tools the running daemon has from server NAME\n"
 	    "  server call [-u user] [-c conversation] NAME TOOL [JSON]\n"
@@ -421,7 +432,7 @@ static void
 print_audit_row(struct json_object *row)
 {
 	struct json_object	*d;
-	char			 when[32];
+	char			 when[32], *text;
 	int64_t			 ts = jint(row, "ts");
 	time_t			 t = (time_t)(ts / 1000);
 	struct tm		 tm;
@@ -430,12 +441,14 @@ print_audit_row(struct json_object *row)
 	    strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm) == 0)
 		snprintf(when, sizeof(when), "%lld", (long long)ts);
 	d = json_object_object_get(row, "detail");
+	/* One row, one line: no line separator from a tool's arguments. */
+	text = audit_json_text(d);
 	printf("%-6lld %s.%03dZ %-10s %-16s %-12s %s\n",
 	    (long long)jint(row, "id"), when, (int)(ts % 1000),
 	    jstr(row, "kind"), *jstr(row, "user") != '\0' ? jstr(row, "user") :
 	    "-", *jstr(row, "tenant") != '\0' ? jstr(row, "tenant") : "-",
-	    json_object_to_json_string_ext(d, JSON_C_TO_STRING_PLAIN |
-	    JSON_C_TO_STRING_NOSLASHESCAPE));
+	    text);
+	free(text);
 }
 
 /* Ask the controller; a refusal is printed and is exit status 1. */
@@ -478,11 +491,30 @@ audit_show(const char *path, struct json_object *req)
 	return 0;
 }
 
+/* A checkpoint's verdict, after the chain's; 1 if it failed. */
+static int
+print_checkpoint(struct json_object *r)
+{
+	struct json_object	*cp;
+	int			 ok = 0;
+
+	if (!json_object_object_get_ex(r, "checkpoint", &cp))
+		return 0;
+	(void)json_get_bool(cp, "ok", 0, &ok);
+	if (ok)
+		printf("checkpoint OK: row %lld of %s is in the trail as "
+		    "signed\n", (long long)jint(cp, "last_id"),
+		    jstr(cp, "time"));
+	else
+		printf("checkpoint FAILED: %s\n", jstr(cp, "problem"));
+	return !ok;
+}
+
 static int
 audit_verify(const char *path, struct json_object *req)
 {
 	struct json_object	*r;
-	int			 intact = 0;
+	int			 intact = 0, failed;
 
 	r = audit_request(path, req);
 	(void)json_get_bool(r, "intact", 0, &intact);
@@ -493,24 +525,68 @@ audit_verify(const char *path, struct json_object *req)
 		printf("audit trail BROKEN: %s\n(%lld rows verified before "
 		    "it, up to head %s)\n", jstr(r, "problem"),
 		    (long long)jint(r, "rows"), jstr(r, "head"));
+	failed = print_checkpoint(r);
 	json_object_put(r);
-	return intact ? 0 : 1;
+	return intact && !failed ? 0 : 1;
+}
+
+/* The file `audit checkpoint` wrote, kept somewhere else meanwhile. */
+static struct json_object *
+read_checkpoint(const char *file)
+{
+	struct json_object	*cp;
+	char			 buf[8192];
+	size_t			 n;
+	FILE			*fp;
+
+	if ((fp = fopen(file, "re")) == NULL)
+		fatal("%s", file);
+	n = fread(buf, 1, sizeof(buf), fp);
+	fclose(fp);
+	if (n == sizeof(buf) || (cp = json_parse_object(buf, n)) == NULL)
+		fatalx("%s: not a checkpoint (one JSON object, as `audit "
+		    "checkpoint` prints it)", file);
+	return cp;
+}
+
+static int
+audit_checkpoint(const char *path, struct json_object *req)
+{
+	struct json_object *r, *cp;
+
+	r = audit_request(path, req);
+	if (!json_object_object_get_ex(r, "checkpoint", &cp))
+		fatalx("malformed audit reply");
+	printf("%s\n", json_object_to_json_string_ext(cp,
+	    JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED |
+	    JSON_C_TO_STRING_NOSLASHESCAPE));
+	json_object_put(r);
+	return fflush(stdout) == 0 ? 0 : 1;
 }
 
 /* Page by page (each answer must fit in one message), until one is empty. */
 static int
-audit_export(const char *path)
+audit_export(const char *path, const char *format)
 {
 	struct json_object	*req, *r;
+	char			 host[256];
 	int64_t			 after = 0;
 	int			 more = 1;
 
+	/* The syslog HOSTNAME: this machine, where the daemon runs. */
+	if (gethostname(host, sizeof(host)) == -1)
+		snprintf(host, sizeof(host), "-");
+	host[sizeof(host) - 1] = '\0';
 	while (more) {
 		req = json_object_new_object();
 		json_object_object_add(req, "op",
 		    json_object_new_string("audit_export"));
 		json_object_object_add(req, "after",
 		    json_object_new_int64(after));
+		json_object_object_add(req, "format",
+		    json_object_new_string(format));
+		json_object_object_add(req, "host",
+		    json_object_new_string(host));
 		r = audit_request(path, req);
 		/* Not jstr: a page is megabytes. */
 		if (!json_object_is_type(json_object_object_get(r, "lines"),
@@ -525,57 +601,130 @@ audit_export(const char *path)
 	return fflush(stdout) == 0 ? 0 : 1;
 }
 
-/* audit show [-n N] [-u USER] [-k KIND] | audit verify | audit export */
+static void
+add_time(struct json_object *req, const char *key, const char *arg)
+{
+	int64_t ms, now = (int64_t)time(NULL) * 1000;
+
+	if (audit_time_parse(arg, now, &ms) == -1)
+		fatalx("--%s %s: expected ISO 8601 in UTC (2026-01-31, "
+		    "2026-01-31T12:00:00Z) or a duration ago (90s, 30m, 1h, "
+		    "7d)", key, arg);
+	json_object_object_add(req, key, json_object_new_int64(ms));
+}
+
+enum {
+	OPT_TOOL = 256,
+	OPT_DECISION,
+	OPT_SINCE,
+	OPT_UNTIL,
+	OPT_FORMAT,
+	OPT_CHECKPOINT,
+};
+
+static const struct option audit_options[] = {
+	{ "tool", required_argument, NULL, OPT_TOOL },
+	{ "decision", required_argument, NULL, OPT_DECISION },
+	{ "since", required_argument, NULL, OPT_SINCE },
+	{ "until", required_argument, NULL, OPT_UNTIL },
+	{ "format", required_argument, NULL, OPT_FORMAT },
+	{ "checkpoint", required_argument, NULL, OPT_CHECKPOINT },
+	{ NULL, 0, NULL, 0 },
+};
+
+static void
+add_str(struct json_object *req, const char *key, const char *v)
+{
+	json_object_object_add(req, key, json_object_new_string(v));
+}
+
+static void
+show_option(struct json_object *req, int ch, const char *arg)
+{
+	char	*end;
+	long	 n;
+
+	switch (ch) {
+	case 'n':
+		n = strtol(arg, &end, 10);
+		if (*arg == '\0' || *end != '\0' || n < 1 || n > 10000)
+			fatalx("-n %s: a number of rows, 1-10000", arg);
+		json_object_object_add(req, "limit", json_object_new_int64(n));
+		break;
+	case 'u':
+		add_str(req, "user", arg);
+		break;
+	case 'k':
+		add_str(req, "kind", arg);
+		break;
+	case OPT_TOOL:
+		add_str(req, "tool", arg);
+		break;
+	case OPT_DECISION:
+		if (strcmp(arg, "allow") != 0 && strcmp(arg, "deny") != 0 &&
+		    strcmp(arg, "confirm") != 0)
+			fatalx("--decision %s: allow, deny or confirm", arg);
+		add_str(req, "decision", arg);
+		break;
+	case OPT_SINCE:
+		add_time(req, "since", arg);
+		break;
+	case OPT_UNTIL:
+		add_time(req, "until", arg);
+		break;
+	default:
+		usage();
+	}
+}
+
+/*
+ * audit show [-n N] [-u USER] [-k KIND] [--tool GLOB] [--decision D]
+ * [--since T] [--until T] | audit verify [--checkpoint FILE] |
+ * audit checkpoint | audit export [--format jsonl|syslog|cef]
+ */
 static int
 cmd_audit(const char *path, int argc, char *argv[])
 {
 	struct json_object	*req = json_object_new_object();
-	char			 op[16], *end;
-	long			 n;
-	int			 ch;
+	enum audit_format	 fmt;
+	const char		*format = "jsonl", *checkpoint = NULL;
+	char			 op[32];
+	int			 ch, show;
 
 	if (argc < 1)
 		usage();
 	snprintf(op, sizeof(op), "audit_%s", argv[0]);
-	json_object_object_add(req, "op", json_object_new_string(op));
-	if (strcmp(argv[0], "verify") == 0 && argc == 1)
-		return audit_verify(path, req);
-	if (strcmp(argv[0], "export") == 0) {
-		json_object_put(req);
-		if (argc == 1 || (argc == 3 && strcmp(argv[1], "--format") ==
-		    0 && strcmp(argv[2], "jsonl") == 0))
-			return audit_export(path);
-		usage();
-	}
-	if (strcmp(argv[0], "show") != 0)
-		usage();
+	add_str(req, "op", op);
+	show = strcmp(argv[0], "show") == 0;
 	optind = 1;
-	while ((ch = getopt(argc, argv, "n:u:k:")) != -1) {
-		switch (ch) {
-		case 'n':
-			n = strtol(optarg, &end, 10);
-			if (*optarg == '\0' || *end != '\0' || n < 1 ||
-			    n > 10000)
-				fatalx("-n %s: a number of rows, 1-10000",
-				    optarg);
-			json_object_object_add(req, "limit",
-			    json_object_new_int64(n));
-			break;
-		case 'u':
-			json_object_object_add(req, "user",
-			    json_object_new_string(optarg));
-			break;
-		case 'k':
-			json_object_object_add(req, "kind",
-			    json_object_new_string(optarg));
-			break;
-		default:
+	while ((ch = getopt_long(argc, argv, show ? "n:u:k:" : "",
+	    audit_options, NULL)) != -1) {
+		if (show)
+			show_option(req, ch, optarg);
+		else if (ch == OPT_FORMAT && strcmp(argv[0], "export") == 0)
+			format = optarg;
+		else if (ch == OPT_CHECKPOINT && strcmp(argv[0], "verify") == 0)
+			checkpoint = optarg;
+		else
 			usage();
-		}
 	}
 	if (optind != argc)
 		usage();
-	return audit_show(path, req);
+	if (show)
+		return audit_show(path, req);
+	if (strcmp(argv[0], "verify") == 0) {
+		if (checkpoint != NULL)
+			json_object_object_add(req, "checkpoint",
+			    read_checkpoint(checkpoint));
+		return audit_verify(path, req);
+	}
+	if (strcmp(argv[0], "checkpoint") == 0)
+		return audit_checkpoint(path, req);
+	json_object_put(req);
+	if (strcmp(argv[0], "export") != 0 ||
+	    audit_format_parse(format, &fmt) == -1)
+		usage();
+	return audit_export(path, format);
 }
 
 int

@@ -17,8 +17,12 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <event2/event.h>
 #include <json-c/json.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
 #include <openssl/sha.h>
+#include <openssl/x509.h>
 #include <sqlite3.h>
 
 #include "broker/controller.h"
@@ -51,6 +55,17 @@ admin_error(uint64_t id, const char *message)
 	"952501ff12214d5817d50e893d4e2d0ca6306ba57ed315307bb8d2917864de8a"
 
 static char dir[64];
+static struct event_base *base;		/* for group commit */
+static int commits;
+
+/* Each COMMIT of the database: a batch costs one, whatever its size. */
+static int
+count_commit(void *arg)
+{
+	(void)arg;
+	commits++;
+	return 0;
+}
 
 static int
 setup(void **state)
@@ -59,6 +74,9 @@ setup(void **state)
 	snprintf(dir, sizeof(dir), "/tmp/test_audit.XXXXXX");
 	if (mkdtemp(dir) == NULL || store_open(dir) == -1)
 		return -1;
+	audit_init(base);
+	(void)sqlite3_commit_hook(store_db(), count_commit, NULL);
+	commits = 0;
 	return 0;
 }
 
@@ -71,6 +89,10 @@ teardown(void **state)
 	size_t	i;
 
 	(void)state;
+	/* Nothing may be left waiting from one test for the next. */
+	assert_int_equal(event_base_loop(base, EVLOOP_ONCE |
+	    EVLOOP_NONBLOCK), 1);
+	(void)audit_set_signing_key(NULL);
 	store_close();
 	for (i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
 		snprintf(path, sizeof(path), "%s/%s", dir, files[i]);
@@ -548,10 +570,14 @@ test_export_pages(void **state)
 
 	(void)state;
 	append_rows(12);
-	assert_int_equal(audit_export(0, 5, count_line, &last), 5);
-	assert_int_equal(audit_export(5, 5, count_line, &last), 10);
-	assert_int_equal(audit_export(10, 5, count_line, &last), 12);
-	assert_int_equal(audit_export(12, 5, count_line, &last), 12);
+	assert_int_equal(audit_export(0, 5, AUDIT_JSONL, NULL, count_line,
+	    &last), 5);
+	assert_int_equal(audit_export(5, 5, AUDIT_JSONL, NULL, count_line,
+	    &last), 10);
+	assert_int_equal(audit_export(10, 5, AUDIT_JSONL, NULL, count_line,
+	    &last), 12);
+	assert_int_equal(audit_export(12, 5, AUDIT_JSONL, NULL, count_line,
+	    &last), 12);
 	assert_int_equal(last, 12);
 }
 
@@ -630,12 +656,760 @@ test_migration_from_v1(void **state)
 	assert_null(verify_problem());
 }
 
+/* ---- masking, globs, times ---- */
+
+static void
+test_glob(void **state)
+{
+	(void)state;
+	assert_true(audit_glob("*token", "access_token", 0));
+	assert_true(audit_glob("*token", "Refresh_TOKEN", 1));
+	assert_false(audit_glob("*token", "Refresh_TOKEN", 0));
+	assert_false(audit_glob("*token", "max_tokens", 1));
+	assert_true(audit_glob("api?key", "API-Key", 1));
+	assert_true(audit_glob("files.*", "files.read_file", 0));
+	assert_false(audit_glob("files.*", "filesystem.x", 0));
+	assert_true(audit_glob("*", "", 0));
+	assert_false(audit_glob("?", "", 0));
+	assert_true(audit_glob("a*b*c", "a-b-b-c", 0));
+	/* no exponential backtracking on a hostile name */
+	assert_false(audit_glob("*a*a*a*a*a*a*a*a*a*b", "aaaaaaaaaaaaaaaaaaaaaa"
+	    "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", 0));
+}
+
+static void
+test_mask(void **state)
+{
+	char *const		 globs[] = { "*password*", "*token",
+				    "api?key" };
+	struct json_object	*args, *m;
+	const char		*in;
+	unsigned int		 count;
+
+	(void)state;
+	in = "{\"user\":\"bob\",\"Password\":\"hunter2\",\"auth\":{"
+	    "\"access_token\":{\"v\":1},\"max_tokens\":5,\"list\":[{"
+	    "\"API_KEY\":\"k\"},\"api_key\",{\"db_password_2\":null}]},"
+	    "\"n\":1.50}";
+	args = json_tokener_parse(in);
+	m = audit_mask(args, globs, 3, &count);
+	assert_int_equal(count, 4);
+	assert_string_equal(json_object_to_json_string_ext(m,
+	    JSON_C_TO_STRING_PLAIN), "{\"user\":\"bob\",\"Password\":\"***\","
+	    "\"auth\":{\"access_token\":\"***\",\"max_tokens\":5,\"list\":[{"
+	    "\"API_KEY\":\"***\"},\"api_key\",{\"db_password_2\":\"***\"}]},"
+	    "\"n\":1.50}");
+	/* the original is untouched: the digest is of it */
+	assert_string_equal(json_object_to_json_string_ext(args,
+	    JSON_C_TO_STRING_PLAIN), in);
+	json_object_put(m);
+	/* no globs: an equal copy */
+	m = audit_mask(args, NULL, 0, &count);
+	assert_int_equal(count, 0);
+	assert_string_equal(json_object_to_json_string_ext(m,
+	    JSON_C_TO_STRING_PLAIN), in);
+	json_object_put(m);
+	json_object_put(args);
+}
+
+static void
+test_time_parse(void **state)
+{
+	const int64_t	now = 1767225600000LL;	/* 2026-01-01T00:00:00Z */
+	int64_t		ms;
+	char		buf[AUDIT_TIME_LEN];
+
+	(void)state;
+	assert_int_equal(audit_time_parse("2026-01-01", now, &ms), 0);
+	assert_int_equal(ms, now);
+	assert_int_equal(audit_time_parse("2026-01-01T12:30Z", now, &ms), 0);
+	assert_int_equal(ms, now + 45000000);
+	assert_int_equal(audit_time_parse("2026-01-01T00:00:01.5Z", now,
+	    &ms), 0);
+	assert_int_equal(ms, now + 1500);
+	assert_int_equal(audit_time_parse("2025-12-31 23:59:59", now, &ms), 0);
+	assert_int_equal(ms, now - 1000);
+	assert_int_equal(audit_time_parse("1h", now, &ms), 0);
+	assert_int_equal(ms, now - 3600000);
+	assert_int_equal(audit_time_parse("7d", now, &ms), 0);
+	assert_int_equal(ms, now - 7 * 86400000LL);
+	assert_int_equal(audit_time_parse("90s", now, &ms), 0);
+	assert_int_equal(ms, now - 90000);
+	assert_int_equal(audit_time_parse("1767225600000", now, &ms), 0);
+	assert_int_equal(ms, now);
+	assert_int_equal(audit_time_parse("2026-02-30", now, &ms), -1);
+	assert_int_equal(audit_time_parse("2026-01-01T25:00Z", now, &ms), -1);
+	assert_int_equal(audit_time_parse("2026-01-01T10:00+02:00", now, &ms),
+	    -1);
+	assert_int_equal(audit_time_parse("yesterday", now, &ms), -1);
+	assert_int_equal(audit_time_parse("1w", now, &ms), -1);
+	assert_int_equal(audit_time_parse("", now, &ms), -1);
+	assert_int_equal(audit_time_parse("h", now, &ms), -1);
+	audit_time_str(now + 123, buf, sizeof(buf));
+	assert_string_equal(buf, "2026-01-01T00:00:00.123Z");
+}
+
+/* ---- export formats ---- */
+
+/* A denied call whose arguments try every delimiter there is. */
+static struct json_object *
+hostile_row(void)
+{
+	return json_tokener_parse("{\"id\":7,\"ts\":1767225600123,\"kind\":"
+	    "\"tool_call\",\"user\":\"alice\",\"tenant\":\"acme\",\"detail\":{"
+	    "\"conversation\":\"c1\",\"server\":\"files\",\"tool\":"
+	    "\"read_file\",\"decision\":\"deny\",\"arguments\":{\"path\":"
+	    "\"a\\\"]\\\\b|c=d\\ne\"}},\"prev_hash\":\"p0\",\"hash\":\"h1\"}");
+}
+
+static void
+test_format_syslog(void **state)
+{
+	struct json_object	*row = hostile_row();
+	char			*line;
+
+	(void)state;
+	line = audit_format_row(AUDIT_SYSLOG, row, "box1");
+	/* RFC 5424: facility 13, warning (a refusal); SD values escaped */
+	assert_string_equal(line, "<108>1 2026-01-01T00:00:00.123Z box1 "
+	    "mcpbroker - tool_call [mcpbroker@32473 id=\"7\" user=\"alice\" "
+	    "tenant=\"acme\" prev_hash=\"p0\" hash=\"h1\"][detail@32473 "
+	    "conversation=\"c1\" server=\"files\" tool=\"read_file\" "
+	    "decision=\"deny\"] {\"conversation\":\"c1\",\"server\":\"files\","
+	    "\"tool\":\"read_file\",\"decision\":\"deny\",\"arguments\":{"
+	    "\"path\":\"a\\\"]\\\\b|c=d\\ne\"}}");
+	free(line);
+	/* an unusable host name is the NILVALUE */
+	line = audit_format_row(AUDIT_SYSLOG, row, "two words");
+	assert_non_null(strstr(line, ".123Z - mcpbroker - tool_call ["));
+	free(line);
+	json_object_put(row);
+}
+
+static void
+test_format_cef(void **state)
+{
+	struct json_object	*row = hostile_row();
+	char			*line;
+
+	(void)state;
+	line = audit_format_row(AUDIT_CEF, row, NULL);
+	/* extension values escape \ and =; the detail's \n stays two bytes */
+	assert_string_equal(line, "CEF:0|mcpbroker|mcpbroker|"
+	    MCPBROKER_VERSION "|tool_call|tool_call deny|7|rt=1767225600123 "
+	    "externalId=7 suser=alice cs1Label=tenant cs1=acme cs2Label=tool "
+	    "cs2=files.read_file act=deny cs3Label=conversation cs3=c1 "
+	    "cs4Label=prev_hash cs4=p0 cs5Label=hash cs5=h1 msg={"
+	    "\"conversation\":\"c1\",\"server\":\"files\",\"tool\":"
+	    "\"read_file\",\"decision\":\"deny\",\"arguments\":{\"path\":"
+	    "\"a\\\\\"]\\\\\\\\b|c\\=d\\\\ne\"}}");
+	free(line);
+	json_object_put(row);
+}
+
+static int
+has_raw_break(const char *s)
+{
+	const unsigned char *p = (const unsigned char *)s;
+
+	for (; *p != '\0'; p++)
+		if (*p < 0x20 || *p == 0x7f || (p[0] == 0xe2 && p[1] == 0x80 &&
+		    (p[2] == 0xa8 || p[2] == 0xa9)) || (p[0] == 0xc2 &&
+		    p[1] == 0x85))
+			return 1;
+	return 0;
+}
+
+/* Whatever an edited database holds, no record spans two lines. */
+static void
+test_format_hostile(void **state)
+{
+	struct json_object	*row = json_object_new_object(), *d;
+	const enum audit_format	 fmts[] = { AUDIT_JSONL, AUDIT_SYSLOG,
+				    AUDIT_CEF };
+	char			*line;
+	size_t			 i;
+
+	(void)state;
+	d = json_object_new_object();
+	json_object_object_add(d, "decision", json_object_new_string(
+	    "deny\r\nCEF:0|forged"));
+	json_object_object_add(d, "ta\"b=", json_object_new_string("x"));
+	json_object_object_add(row, "id", json_object_new_int(1));
+	json_object_object_add(row, "ts", json_object_new_int(0));
+	json_object_object_add(row, "kind", json_object_new_string(
+	    "tool|call\n<13>1 forged"));
+	json_object_object_add(row, "user", json_object_new_string(
+	    "eve\u2028\xc2\x85\x7f\x01\xff]\""));
+	json_object_object_add(row, "detail", d);
+	for (i = 0; i < 3; i++) {
+		line = audit_format_row(fmts[i], row, "h\nx");
+		assert_false(has_raw_break(line));
+		free(line);
+	}
+	line = audit_format_row(AUDIT_CEF, row, NULL);
+	/*
+	 * header: | escaped; CEF has no \u, so controls are a literal
+	 * backslash and uXXXX; bad UTF-8 likewise as \xff
+	 */
+	assert_non_null(strstr(line, "|tool\\|call\\\\u000a<13>1 forged|"));
+	assert_non_null(strstr(line, "suser=eve\\\\u2028\\\\u0085\\\\u007f"
+	    "\\\\u0001\\\\xff]\""));
+	assert_non_null(strstr(line, "forged deny\\\\u000d\\\\u000aCEF:0\\|"
+	    "forged|3|"));
+	/* in the JSON message, json-c's escapes, themselves escaped */
+	assert_non_null(strstr(line, " msg={\"decision\":\"deny\\\\r\\\\n"
+	    "CEF:0|forged\",\"ta\\\\\"b\\=\":\"x\"}"));
+	free(line);
+	line = audit_format_row(AUDIT_SYSLOG, row, NULL);
+	assert_non_null(strstr(line, " - mcpbroker - - [mcpbroker@"));
+	assert_non_null(strstr(line, "user=\"eve\\u2028\\u0085\\u007f\\u0001"
+	    "\\xff\\]\\\"\""));
+	/* a key that is no SD-NAME is left to the JSON message */
+	assert_non_null(strstr(line, "[detail@32473 decision=\"deny\\u000d"
+	    "\\u000aCEF:0|forged\"] {"));
+	free(line);
+	json_object_put(row);
+}
+
+/* ---- group commit ---- */
+
+struct done_log {
+	int64_t	ids[64];
+	int	n;
+};
+
+static void
+log_done(int64_t id, void *arg)
+{
+	struct done_log *l = arg;
+
+	assert_true(l->n < 64);
+	l->ids[l->n++] = id;
+}
+
+static int64_t
+row_count(void)
+{
+	sqlite3_stmt	*st;
+	int64_t		 n;
+
+	assert_int_equal(sqlite3_prepare_v2(store_db(), "SELECT count(*) "
+	    "FROM audit", -1, &st, NULL), SQLITE_OK);
+	assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+	n = sqlite3_column_int64(st, 0);
+	sqlite3_finalize(st);
+	return n;
+}
+
+static struct audit_async *
+intent(int n, struct done_log *l)
+{
+	struct json_object	*d = json_object_new_object();
+	struct audit_async	*a;
+
+	json_object_object_add(d, "n", json_object_new_int(n));
+	a = audit_append_async("tool_call", "alice", "acme", d, log_done, l);
+	json_object_put(d);
+	return a;
+}
+
+/* One pass of the loop, which must have had something to do. */
+static void
+run_loop(void)
+{
+	assert_int_equal(event_base_loop(base, EVLOOP_ONCE |
+	    EVLOOP_NONBLOCK), 0);
+}
+
+/* Rows asked for in one pass: one commit, callbacks in order, after. */
+static void
+test_group_commit_one_transaction(void **state)
+{
+	struct done_log	l = { .n = 0 };
+	int		i;
+
+	(void)state;
+	for (i = 0; i < 32; i++)
+		(void)intent(i, &l);
+	/* nothing is written, and nobody goes on, before the commit */
+	assert_int_equal(row_count(), 0);
+	assert_int_equal(l.n, 0);
+	run_loop();
+	assert_int_equal(commits, 1);
+	assert_int_equal(l.n, 32);
+	for (i = 0; i < 32; i++)
+		assert_int_equal(l.ids[i], i + 1);
+	assert_int_equal(row_count(), 32);
+	assert_null(verify_problem());
+	/* the next pass is a batch of its own */
+	(void)intent(32, &l);
+	run_loop();
+	assert_int_equal(commits, 2);
+	assert_int_equal(l.ids[32], 33);
+}
+
+/* A synchronous row joins the batch, after what was asked before it. */
+static void
+test_group_commit_order(void **state)
+{
+	struct done_log	l = { .n = 0 };
+
+	(void)state;
+	(void)intent(1, &l);
+	(void)intent(2, &l);
+	assert_int_equal(audit_append("admin", NULL, NULL, NULL), 3);
+	assert_int_equal(commits, 1);
+	assert_int_equal(row_count(), 3);
+	/* written, but the callers hear of it from the loop, not from here */
+	assert_int_equal(l.n, 0);
+	run_loop();
+	assert_int_equal(l.n, 2);
+	assert_int_equal(l.ids[0], 1);
+	assert_int_equal(l.ids[1], 2);
+	assert_int_equal(commits, 1);
+	assert_null(verify_problem());
+}
+
+/*
+ * A caller that goes away (a turn freed, a session closed) settles its
+ * row: written now, never called back, so its memory can go.
+ */
+static void
+test_group_commit_settle(void **state)
+{
+	struct done_log		 l = { .n = 0 }, gone = { .n = 0 };
+	struct audit_async	*b, *d;
+
+	(void)state;
+	(void)intent(1, &l);
+	b = intent(2, &gone);
+	(void)intent(3, &l);
+	assert_int_equal(audit_settle(b), 2);
+	assert_int_equal(commits, 1);
+	assert_int_equal(row_count(), 3);
+	/* settled after its commit, before its callback */
+	d = intent(4, &gone);
+	(void)intent(5, &l);
+	assert_int_equal(audit_append("admin", NULL, NULL, NULL), 6);
+	assert_int_equal(audit_settle(d), 4);
+	run_loop();
+	assert_int_equal(gone.n, 0);
+	assert_int_equal(l.n, 3);
+	assert_int_equal(l.ids[0], 1);
+	assert_int_equal(l.ids[1], 3);
+	assert_int_equal(l.ids[2], 5);
+	assert_int_equal(commits, 2);
+	assert_null(verify_problem());
+}
+
+/* Callbacks that settle another caller's row or ask for new ones. */
+struct reentry {
+	struct audit_async	*victim;
+	struct done_log		*log;
+	int64_t			 first, second;
+};
+
+static void
+reentry_done(int64_t id, void *arg)
+{
+	struct reentry *r = arg;
+
+	r->first = id;
+	/* the victim is written and queued behind us: it just goes */
+	r->second = audit_settle(r->victim);
+	/* a row asked for now is written in a later batch */
+	(void)intent(99, r->log);
+}
+
+static void
+test_group_commit_reentry(void **state)
+{
+	struct done_log		 l = { .n = 0 }, gone = { .n = 0 };
+	struct reentry		 r;
+
+	(void)state;
+	memset(&r, 0, sizeof(r));
+	r.log = &l;
+	(void)audit_append_async("tool_call", NULL, NULL, NULL, reentry_done,
+	    &r);
+	r.victim = intent(2, &gone);
+	(void)intent(3, &l);
+	run_loop();
+	assert_int_equal(r.first, 1);
+	assert_int_equal(r.second, 2);
+	assert_int_equal(gone.n, 0);
+	/* row 3's callback, then the one asked for from the callback */
+	assert_int_equal(l.n, 2);
+	assert_int_equal(l.ids[0], 3);
+	assert_int_equal(l.ids[1], 4);
+	assert_int_equal(commits, 2);
+	assert_null(verify_problem());
+}
+
+/* A batch that cannot be written fails as a whole: nobody goes on. */
+static void
+test_group_commit_failure(void **state)
+{
+	struct done_log		 l = { .n = 0 };
+	struct json_object	*a;
+
+	(void)state;
+	tamper("DELETE FROM audit_checkpoint");
+	(void)intent(1, &l);
+	(void)intent(2, &l);
+	run_loop();
+	assert_int_equal(l.n, 2);
+	assert_int_equal(l.ids[0], -1);
+	assert_int_equal(l.ids[1], -1);
+	assert_int_equal(row_count(), 0);
+	/* a malformed request is answered in order too, with -1 */
+	a = json_object_new_array();
+	(void)audit_append_async("tool_call", NULL, NULL, a, log_done, &l);
+	json_object_put(a);
+	run_loop();
+	assert_int_equal(l.n, 3);
+	assert_int_equal(l.ids[2], -1);
+}
+
+/* A change and its audit row in one transaction: queued rows go first. */
+static void
+test_group_commit_and_transactions(void **state)
+{
+	struct done_log l = { .n = 0 };
+
+	(void)state;
+	(void)intent(1, &l);
+	assert_int_equal(audit_begin(), 0);
+	assert_int_equal(audit_append("admin", NULL, NULL, NULL), 2);
+	assert_int_equal(audit_end(0), 0);	/* rolled back */
+	(void)intent(3, &l);
+	assert_int_equal(audit_begin(), 0);
+	assert_int_equal(audit_append("admin", NULL, NULL, NULL), 3);
+	assert_int_equal(audit_end(1), 0);
+	run_loop();
+	assert_int_equal(l.n, 2);
+	assert_int_equal(l.ids[0], 1);	/* kept, though row 2 was not */
+	assert_int_equal(l.ids[1], 2);
+	assert_int_equal(row_count(), 3);
+	assert_null(verify_problem());
+}
+
+/* ---- filters ---- */
+
+static int64_t
+call_row(const char *server, const char *tool, const char *decision)
+{
+	struct json_object	*d = json_object_new_object();
+	int64_t			 id;
+
+	json_object_object_add(d, "server", json_object_new_string(server));
+	json_object_object_add(d, "tool", json_object_new_string(tool));
+	json_object_object_add(d, "decision", json_object_new_string(
+	    decision));
+	id = audit_append("tool_call", "alice", "acme", d);
+	json_object_put(d);
+	return id;
+}
+
+static void
+outcome_row(const char *kind, int64_t intent_id)
+{
+	struct json_object *d = json_object_new_object();
+
+	json_object_object_add(d, "intent", json_object_new_int64(intent_id));
+	assert_true(audit_append(kind, "alice", "acme", d) > 0);
+	json_object_put(d);
+}
+
+static void
+assert_ids(const struct audit_filter *f, const char *want)
+{
+	struct json_object	*rows;
+	char			 got[256] = "";
+	size_t			 i, len = 0;
+	int			 truncated;
+
+	rows = audit_list(f, &truncated);
+	for (i = 0; i < json_object_array_length(rows); i++)
+		len += (size_t)snprintf(got + len, sizeof(got) - len, "%s%d",
+		    i ? " " : "", json_object_get_int(json_object_object_get(
+		    json_object_array_get_idx(rows, i), "id")));
+	json_object_put(rows);
+	assert_string_equal(got, want);
+}
+
+static void
+test_list_tool_and_decision(void **state)
+{
+	struct audit_filter	f;
+	struct json_object	*forged;
+
+	(void)state;
+	call_row("files", "read_file", "allow");		/* 1 */
+	outcome_row("tool_result", 1);				/* 2 */
+	call_row("files", "write_file", "deny");		/* 3 */
+	call_row("filesystem", "read_file", "confirm");		/* 4 */
+	outcome_row("approval", 4);				/* 5 */
+	outcome_row("tool_result", 4);				/* 6 */
+	forged = json_tokener_parse("{\"name\":\"files__secret\","
+	    "\"decision\":\"deny\"}");
+	assert_int_equal(audit_append("tool_call", "alice", "acme", forged),
+	    7);
+	json_object_put(forged);
+	tamper("INSERT INTO audit VALUES (8, 1, 'tool_call', NULL, NULL, "
+	    "'not json', zeroblob(32), zeroblob(32))");
+	memset(&f, 0, sizeof(f));
+	f.af_limit = 100;
+	f.af_tool = "files.*";
+	assert_ids(&f, "1 2 3");
+	f.af_tool = "*read_file";
+	assert_ids(&f, "1 2 4 5 6");
+	f.af_tool = "files.read_file";
+	assert_ids(&f, "1 2");
+	f.af_tool = "files__*";
+	assert_ids(&f, "7");
+	f.af_tool = NULL;
+	f.af_decision = "deny";
+	assert_ids(&f, "3 7");
+	f.af_tool = "files.*";
+	assert_ids(&f, "3");
+	f.af_tool = NULL;
+	f.af_decision = "confirm";
+	f.af_limit = 1;
+	assert_ids(&f, "4");
+}
+
+static int
+collect_line(int64_t id, const char *line, void *arg)
+{
+	struct json_object *lines = arg;
+
+	(void)id;
+	json_object_array_add(lines, json_object_new_string(line));
+	return 0;
+}
+
+static void
+test_export_formats(void **state)
+{
+	struct json_object	*lines = json_object_new_array(), *d;
+	const char		*l;
+
+	(void)state;
+	d = json_tokener_parse("{\"decision\":\"allow\",\"arguments\":{"
+	    "\"q\":\"x\\ny|z=]\"}}");
+	assert_int_equal(audit_append("tool_call", "bob", NULL, d), 1);
+	json_object_put(d);
+	assert_int_equal(audit_export(0, 10, AUDIT_SYSLOG, "box1",
+	    collect_line, lines), 1);
+	assert_int_equal(audit_export(0, 10, AUDIT_CEF, NULL, collect_line,
+	    lines), 1);
+	l = json_object_get_string(json_object_array_get_idx(lines, 0));
+	assert_non_null(strstr(l, "<109>1 "));
+	assert_non_null(strstr(l, " box1 mcpbroker - tool_call "
+	    "[mcpbroker@32473 id=\"1\" user=\"bob\" prev_hash=\"0000"));
+	assert_null(strchr(l, '\n'));
+	l = json_object_get_string(json_object_array_get_idx(lines, 1));
+	assert_non_null(strstr(l, "|tool_call|tool_call allow|3|rt="));
+	assert_non_null(strstr(l, " externalId=1 suser=bob act=allow "
+	    "cs4Label=prev_hash cs4=0000"));
+	assert_non_null(strstr(l, "\\\\ny|z\\=]"));
+	json_object_put(lines);
+}
+
+/* ---- signed checkpoints ---- */
+
+/* Rows after whatever is there already. */
+static void
+more_rows(int n)
+{
+	while (n-- > 0)
+		assert_true(audit_append("auth", "mallory", NULL, NULL) > 0);
+}
+
+static char *
+key_pem(const char *type)
+{
+	EVP_PKEY	*k;
+	BIO		*bio;
+	char		*p, *pem;
+	long		 len;
+
+	if (strcmp(type, "ED25519") == 0)
+		k = EVP_PKEY_Q_keygen(NULL, NULL, "ED25519");
+	else
+		k = EVP_PKEY_Q_keygen(NULL, NULL, "EC", "P-256");
+	assert_non_null(k);
+	assert_non_null(bio = BIO_new(BIO_s_mem()));
+	assert_int_equal(PEM_write_bio_PrivateKey(bio, k, NULL, NULL, 0, NULL,
+	    NULL), 1);
+	len = BIO_get_mem_data(bio, &p);
+	assert_non_null(pem = strndup(p, (size_t)len));
+	BIO_free(bio);
+	EVP_PKEY_free(k);
+	return pem;
+}
+
+static const char *
+cp_str(struct json_object *cp, const char *key)
+{
+	return json_object_get_string(json_object_object_get(cp, key));
+}
+
+/* The signature checked here as the documentation says, not as the C. */
+static void
+check_signature_by_hand(struct json_object *cp)
+{
+	unsigned char		 der[128], sig[128];
+	const unsigned char	*p = der;
+	char			 text[512];
+	EVP_PKEY		*pub;
+	EVP_MD_CTX		*md;
+	int			 derlen, siglen;
+
+	derlen = EVP_DecodeBlock(der, (const unsigned char *)cp_str(cp,
+	    "public_key"), (int)strlen(cp_str(cp, "public_key")));
+	assert_true(derlen >= 44);
+	assert_non_null(pub = d2i_PUBKEY(NULL, &p, 44));
+	siglen = EVP_DecodeBlock(sig, (const unsigned char *)cp_str(cp,
+	    "signature"), (int)strlen(cp_str(cp, "signature")));
+	assert_int_equal(siglen, 66);	/* 64 and the padding's two */
+	snprintf(text, sizeof(text), "mcpbroker-audit-checkpoint-v1\n"
+	    "last_id=%s\nhead=%s\nrows=%s\ntime=%s\n", cp_str(cp, "last_id"),
+	    cp_str(cp, "head"), cp_str(cp, "rows"), cp_str(cp, "time"));
+	assert_non_null(md = EVP_MD_CTX_new());
+	assert_int_equal(EVP_DigestVerifyInit(md, NULL, NULL, NULL, pub), 1);
+	assert_int_equal(EVP_DigestVerify(md, sig, 64,
+	    (const unsigned char *)text, strlen(text)), 1);
+	EVP_MD_CTX_free(md);
+	EVP_PKEY_free(pub);
+}
+
+static void
+test_checkpoint_sign_and_check(void **state)
+{
+	struct json_object	*cp;
+	unsigned char		 head[AUDIT_HASH_LEN];
+	char			 why[300], hhex[65], *pem;
+	uint64_t		 rows;
+	int			 i;
+
+	(void)state;
+	append_rows(5);
+	assert_null(audit_checkpoint(why, sizeof(why)));
+	assert_non_null(strstr(why, "no signing key is configured"));
+	pem = key_pem("ED25519");
+	assert_int_equal(audit_set_signing_key(pem), 0);
+	assert_non_null(cp = audit_checkpoint(why, sizeof(why)));
+	assert_int_equal(json_object_get_int(json_object_object_get(cp,
+	    "version")), 1);
+	assert_int_equal(json_object_get_int(json_object_object_get(cp,
+	    "last_id")), 5);
+	assert_int_equal(json_object_get_int(json_object_object_get(cp,
+	    "rows")), 5);
+	assert_int_equal(audit_verify(why, sizeof(why), &rows, head), 0);
+	for (i = 0; i < AUDIT_HASH_LEN; i++)
+		snprintf(hhex + 2 * i, 3, "%02x", head[i]);
+	assert_string_equal(cp_str(cp, "head"), hhex);
+	assert_int_equal(strlen(cp_str(cp, "time")), 24);
+	check_signature_by_hand(cp);
+	assert_int_equal(audit_checkpoint_check(cp, why, sizeof(why)), 0);
+	/* rows added since: the checkpoint still holds */
+	more_rows(1);
+	assert_int_equal(audit_checkpoint_check(cp, why, sizeof(why)), 0);
+	/* any field changed: the signature no longer covers it */
+	json_object_object_add(cp, "time", json_object_new_string(
+	    "2020-01-01T00:00:00.000Z"));
+	assert_int_equal(audit_checkpoint_check(cp, why, sizeof(why)), -1);
+	assert_string_equal(why, "the signature does not verify: the "
+	    "checkpoint was altered");
+	json_object_put(cp);
+	/* the key is replaced (a reload): its checkpoints are not ours */
+	assert_non_null(cp = audit_checkpoint(why, sizeof(why)));
+	free(pem);
+	pem = key_pem("ED25519");
+	assert_int_equal(audit_set_signing_key(pem), 0);
+	assert_int_equal(audit_checkpoint_check(cp, why, sizeof(why)), -1);
+	assert_string_equal(why, "signed by another key than the configured "
+	    "signing-key-file");
+	assert_int_equal(audit_set_signing_key(NULL), 0);
+	assert_int_equal(audit_checkpoint_check(cp, why, sizeof(why)), -1);
+	assert_string_equal(why, "no signing key is configured, so the "
+	    "checkpoint's signature cannot be checked");
+	json_object_put(cp);
+	cp = json_tokener_parse("{\"version\":2}");
+	assert_int_equal(audit_checkpoint_check(cp, why, sizeof(why)), -1);
+	assert_string_equal(why, "not a checkpoint of version 1");
+	json_object_put(cp);
+	free(pem);
+}
+
+/* What an attacker with the database, but not the key, cannot hide. */
+static void
+test_checkpoint_detects(void **state)
+{
+	struct json_object	*cp;
+	char			 why[300], *pem;
+
+	(void)state;
+	pem = key_pem("ED25519");
+	assert_int_equal(audit_set_signing_key(pem), 0);
+	free(pem);
+	append_rows(8);
+	assert_non_null(cp = audit_checkpoint(why, sizeof(why)));
+	/* the tail cut and the internal checkpoint moved back with it */
+	tamper("DELETE FROM audit WHERE id > 5;"
+	    "UPDATE audit_checkpoint SET last_id = 5, last_hash = (SELECT "
+	    "hash FROM audit WHERE id = 5)");
+	assert_null(verify_problem());		/* the chain alone: fine */
+	assert_int_equal(audit_checkpoint_check(cp, why, sizeof(why)), -1);
+	assert_string_equal(why, "the trail was truncated: the checkpoint "
+	    "vouches for row 8, the trail ends at row 5");
+	/* rows made up to refill the gap are not the rows signed */
+	more_rows(3);
+	assert_null(verify_problem());
+	assert_int_equal(audit_checkpoint_check(cp, why, sizeof(why)), -1);
+	assert_string_equal(why, "row 8 is not the row the checkpoint vouches "
+	    "for: the trail was rewritten");
+	more_rows(1);
+	tamper("DELETE FROM audit WHERE id = 8");
+	assert_int_equal(audit_checkpoint_check(cp, why, sizeof(why)), -1);
+	assert_string_equal(why, "row 8, which the checkpoint vouches for, "
+	    "is missing");
+	/* and a broken chain is never signed */
+	assert_null(audit_checkpoint(why, sizeof(why)));
+	assert_string_equal(why, "the trail is broken (row 8: missing (ids "
+	    "jump from 7 to 9)): not signing it");
+	json_object_put(cp);
+}
+
+static void
+test_signing_key_refused(void **state)
+{
+	char *pem;
+
+	(void)state;
+	pem = key_pem("EC");
+	assert_int_equal(audit_set_signing_key(pem), -1);
+	free(pem);
+	assert_int_equal(audit_set_signing_key("-----BEGIN PRIVATE KEY-----\n"
+	    "AAAA\n-----END PRIVATE KEY-----\n"), -1);
+	assert_int_equal(audit_set_signing_key(""), -1);
+}
+
 #define T(f)	cmocka_unit_test_setup_teardown(f, setup, teardown)
 
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_glob),
+		cmocka_unit_test(test_mask),
+		cmocka_unit_test(test_time_parse),
+		cmocka_unit_test(test_format_syslog),
+		cmocka_unit_test(test_format_cef),
+		cmocka_unit_test(test_format_hostile),
 		T(test_empty_and_intact),
 		T(test_append_only_triggers),
 		T(test_edited_row),
@@ -656,7 +1430,23 @@ main(void)
 		T(test_export_pages),
 		T(test_admin_ops),
 		T(test_migration_from_v1),
+		T(test_group_commit_one_transaction),
+		T(test_group_commit_order),
+		T(test_group_commit_settle),
+		T(test_group_commit_reentry),
+		T(test_group_commit_failure),
+		T(test_group_commit_and_transactions),
+		T(test_list_tool_and_decision),
+		T(test_export_formats),
+		T(test_checkpoint_sign_and_check),
+		T(test_checkpoint_detects),
+		T(test_signing_key_refused),
 	};
+	int rc;
 
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	if ((base = event_base_new()) == NULL)
+		return 1;
+	rc = cmocka_run_group_tests(tests, NULL, NULL);
+	event_base_free(base);
+	return rc;
 }
