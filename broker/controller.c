@@ -740,6 +740,9 @@ admin_user(uint64_t id, const char *op, struct json_object *o)
 		    ". _ @ - (64 at most)");
 		return;
 	}
+	/* The session ends first, so that what its turn writes goes too. */
+	if (strcmp(op, "user_del") == 0)
+		chat_forget_user(name);
 	r = json_object_new_object();
 	key[0] = '\0';
 	if (strcmp(op, "user_list") == 0)
@@ -757,10 +760,8 @@ admin_user(uint64_t id, const char *op, struct json_object *o)
 		json_object_object_add(r, "key", json_object_new_string(key));
 		explicit_bzero(key, sizeof(key));
 		log_info("admin: %s for user %s", op, name);
-	} else if (strcmp(op, "user_del") == 0) {
-		chat_forget_user(name);
+	} else if (strcmp(op, "user_del") == 0)
 		log_info("admin: user %s deleted", name);
-	}
 	admin_reply(id, r);
 }
 

@@ -715,6 +715,9 @@ conv_purge(const struct mcpbroker_conf *conf, time_t now, int64_t *n)
 	}
 	if (v.iv_n == 0)
 		return 0;
+	/* Sessions first: a turn that ends writes its last rows now. */
+	for (i = 0; i < v.iv_n; i++)
+		chat_forget_conversation(v.iv_id[i]);
 	if (store_begin("conv_purge") == -1) {
 		free(v.iv_id);
 		return -1;
@@ -725,8 +728,6 @@ conv_purge(const struct mcpbroker_conf *conf, time_t now, int64_t *n)
 		free(v.iv_id);
 		return -1;
 	}
-	for (i = 0; i < v.iv_n; i++)
-		chat_forget_conversation(v.iv_id[i]);
 	*n = (int64_t)v.iv_n;
 	free(v.iv_id);
 	return 0;

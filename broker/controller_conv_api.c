@@ -676,9 +676,9 @@ conv_api_rename(uint64_t id, const struct store_user *u, const char *conv,
 
 /*
  * DELETE /api/v1/conversations/ID: the owner, an admin, or the tenant's
- * tenant-admin.  Messages, usage detail and the conversation go in one
- * transaction with the audit row that says so; a session still holding
- * it forgets it too.
+ * tenant-admin.  A session holding it forgets it first (its running turn
+ * ends, and writes what it has); then messages, usage detail and the
+ * conversation go in one transaction with the audit row that says so.
  */
 void
 conv_api_delete(uint64_t id, const struct store_user *u, const char *conv)
@@ -689,6 +689,8 @@ conv_api_delete(uint64_t id, const struct store_user *u, const char *conv)
 
 	if (conv_for(id, u, conv, 0, &cv) == -1)
 		return;
+	/* First: what a running turn of it still writes is erased too. */
+	chat_forget_conversation(cv.cv_id);
 	if (store_begin("conv_delete") == -1) {
 		api_error(id, 500, "storage", "nothing was erased");
 		return;
@@ -698,7 +700,6 @@ conv_api_delete(uint64_t id, const struct store_user *u, const char *conv)
 		api_error(id, 500, "storage", "nothing was erased");
 		return;
 	}
-	chat_forget_conversation(cv.cv_id);
 	log_info("conversation %s of %s erased by %s", cv.cv_id, cv.cv_user,
 	    u->su_name);
 	r = json_object_new_object();
@@ -752,7 +753,7 @@ conv_api_export(uint64_t id, const struct store_user *u, const char *conv,
 /*
  * A tenant and everything of it: users (and their web sessions, by the
  * foreign key), conversations, usage detail and aggregates, budget marks.
- * One transaction with its audit row.
+ * One transaction with its audit row.  Its chat sessions end before it.
  */
 void
 conv_admin_tenant_del(uint64_t id, struct json_object *o)
@@ -766,6 +767,8 @@ conv_admin_tenant_del(uint64_t id, struct json_object *o)
 		admin_error(id, "tenant del needs a tenant name");
 		return;
 	}
+	/* Sessions end first, so that nothing they write outlives this. */
+	chat_forget_tenant(name);
 	if (store_begin("tenant_del") == -1) {
 		admin_error(id, "database: cannot begin; nothing changed");
 		return;
@@ -795,7 +798,6 @@ conv_admin_tenant_del(uint64_t id, struct json_object *o)
 		    "conversations or usage");
 		return;
 	}
-	chat_forget_tenant(name);
 	log_info("admin: tenant %s deleted (%lld users, %lld conversations)",
 	    name, (long long)users, (long long)convs);
 	r = json_object_new_object();

@@ -9,10 +9,11 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 import unittest
 
-from broker import Broker
+from broker import Broker, wait_for
 from llmfixtures import KEY, PROVIDERS, FakeLLM
 from mcpfixtures import FILESYSTEM, node
 
@@ -261,6 +262,32 @@ class ConversationTest(ConversationBase):
         self.llm.script({"text": "fresh start"})
         status, events = alice.chat("hello again")
         self.assertNotEqual(events[-1][1]["conversation_id"], cid)
+
+    def test_erasure_during_a_turn_leaves_nothing(self):
+        """A turn still streaming ends, and what it writes as it ends
+        (its message, its metered call) is erased with the rest."""
+        alice = self.users["alice"]
+        cid = alice.connect()["conversation_id"]
+        self.llm.script({"text": "word " * 200, "chunk_delay_ms": 20})
+        result = {}
+        t = threading.Thread(target=lambda: result.update(
+            events=alice.chat("talk for a while")[1]))
+        t.start()
+        wait_for(lambda: sqlite(self.b, "SELECT COUNT(*) FROM messages "
+                                "WHERE conversation = '%s'" % cid) == "1",
+                 what="the user's message stored")
+        time.sleep(0.5)
+        status, doc = alice.call("DELETE", "/api/v1/conversations/" + cid)
+        self.assertEqual(status, 200, doc)
+        t.join(30)
+        self.assertEqual(result["events"][-1][0], "error")
+        self.assertEqual(result["events"][-1][1]["code"], "erased")
+        for table in ("messages", "usage"):
+            self.assertEqual(sqlite(self.b, "SELECT COUNT(*) FROM %s WHERE "
+                                    "conversation = '%s'" % (table, cid)),
+                             "0")
+        self.assertEqual(sqlite(self.b, "SELECT COUNT(*) FROM conversations "
+                                "WHERE id = '%s'" % cid), "0")
 
     def test_list_pages_and_search(self):
         bob = self.users["bob"]
