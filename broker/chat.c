@@ -556,15 +556,18 @@ round_meter(struct turn *t, int live)
 	    NULL, t);
 }
 
-/* A budget of this session's caller is used up: *bs says which. */
+/* 0: room; BUDGET_OVER (*bs says which) or BUDGET_UNKNOWN. */
 static int
 budget_over(const struct session *s, struct budget_status *bs)
 {
 	struct usage_who	w;
 
 	session_who(s, &w);
-	return budget_check(controller_conf(), &w, time(NULL), bs) == -1;
+	return budget_check(controller_conf(), &w, time(NULL), bs);
 }
+
+#define BUDGET_UNKNOWN_MSG	"usage could not be read to check the " \
+				"budget, so nothing was sent; try again"
 
 /* {code: "budget_exceeded", message, scope, name, metric, used, limit,
  * resets_at} */
@@ -1483,8 +1486,12 @@ round_start(struct turn *t)
 		return;
 	}
 	/* Checked before each call; calls already running may overshoot. */
-	if (budget_over(s, &bs)) {
+	switch (budget_over(s, &bs)) {
+	case BUDGET_OVER:
 		turn_budget_fail(t, &bs);
+		return;
+	case BUDGET_UNKNOWN:
+		turn_fail(t, 503, "budget_unavailable", 0, BUDGET_UNKNOWN_MSG);
 		return;
 	}
 	t->t_ops = provider_ops(pv->pv_type);
@@ -1776,10 +1783,14 @@ chat_send(uint64_t id, const char *user, struct json_object *body)
 		return;
 	}
 	/* Refused before anything is said: nothing joins the history. */
-	if (budget_over(s, &bs)) {
+	switch (budget_over(s, &bs)) {
+	case BUDGET_OVER:
 		e = json_object_new_object();
 		json_object_object_add(e, "error", budget_error(s, &bs));
 		api_reply(id, 429, e);
+		return;
+	case BUDGET_UNKNOWN:
+		api_error(id, 503, "budget_unavailable", BUDGET_UNKNOWN_MSG);
 		return;
 	}
 	if ((t = calloc(1, sizeof(*t))) == NULL ||

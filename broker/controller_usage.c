@@ -296,9 +296,8 @@ budget_used(const struct budget_conf *bg, const char *holder, time_t now,
 }
 
 /*
- * A database that cannot be read does not stop the chat: the call goes
- * ahead and the failure is logged (the audit trail, on the same database,
- * will be refusing tool calls by then).
+ * A database that cannot be read stops the call (fail closed): a budget
+ * that cannot be checked is not known to have room.
  */
 int
 budget_check(const struct mcpbroker_conf *conf, const struct usage_who *w,
@@ -309,12 +308,13 @@ budget_check(const struct mcpbroker_conf *conf, const struct usage_who *w,
 	const char			*holder;
 
 	TAILQ_FOREACH(bg, &conf->c_budgets, bg_entry) {
-		if (!budget_applies(bg, w, &holder) ||
-		    budget_used(bg, holder, now, &bs) == -1)
+		if (!budget_applies(bg, w, &holder))
 			continue;
+		if (budget_used(bg, holder, now, &bs) == -1)
+			return BUDGET_UNKNOWN;
 		if (bs.bs_used >= budget_limit_raw(bg)) {
 			*over = bs;
-			return -1;
+			return BUDGET_OVER;
 		}
 	}
 	return 0;

@@ -68,9 +68,12 @@ int64_t		 usage_cost_nusd(const struct provider_conf *,
 /* Tokens for text the provider did not count: one per four bytes. */
 uint64_t	 usage_estimate(size_t bytes);
 
+#define BUDGET_OVER	(-1)	/* *over is the first one used up */
+#define BUDGET_UNKNOWN	(-2)	/* the usage could not be read */
+
 /*
- * Before a call: 0 if every budget that applies has room, else -1 and
- * *over is the first one that is used up.
+ * Before a call: 0 if every budget that applies has room, else
+ * BUDGET_OVER or BUDGET_UNKNOWN.
  */
 int	budget_check(const struct mcpbroker_conf *, const struct usage_who *,
 	    time_t now, struct budget_status *over);

@@ -352,6 +352,23 @@ test_role_budget_per_user(void **state)
 	assert_null(stopped_by(&alice, now));
 }
 
+/* Usage that cannot be read stops the call: the budget is not known. */
+static void
+test_unreadable_usage_fails_closed(void **state)
+{
+	time_t			now = utc(2026, 3, 10, 9, 0, 0);
+	struct budget_status	bs;
+
+	(void)state;
+	assert_int_equal(budget_check(conf, &alice, now, &bs), 0);
+	assert_int_equal(sqlite3_exec(store_db(), "ALTER TABLE usage_daily "
+	    "RENAME TO usage_daily_gone", NULL, NULL, NULL), SQLITE_OK);
+	assert_int_equal(budget_check(conf, &alice, now, &bs), BUDGET_UNKNOWN);
+	assert_int_equal(sqlite3_exec(store_db(), "ALTER TABLE "
+	    "usage_daily_gone RENAME TO usage_daily", NULL, NULL, NULL),
+	    SQLITE_OK);
+}
+
 /* The tenant's money: every user of it counts. */
 static void
 test_tenant_budget_usd(void **state)
@@ -555,6 +572,7 @@ main(void)
 		cmocka_unit_test(test_estimate),
 		T(test_rollover),
 		T(test_role_budget_per_user),
+		T(test_unreadable_usage_fails_closed),
 		T(test_tenant_budget_usd),
 		T(test_marks_once_a_period),
 		T(test_erase_user_keeps_the_bill),
