@@ -4,6 +4,7 @@
  * is checked, and the answer goes back as MSG_HTTP_REP (and, for streams,
  * MSG_HTTP_EVENTs and an MSG_HTTP_END).
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -210,13 +211,76 @@ has_role(const struct store_user *u, const char *role)
 	return 0;
 }
 
-/* One query parameter, decoded; NULL when absent. */
-static char *
-query_param(struct evkeyvalq *q, const char *key)
-{
-	const char *v = evhttp_find_header(q, key);
+#define QUERY_VALUE_MAX	256
 
-	return v != NULL && strlen(v) <= 64 ? strdup(v) : NULL;
+/*
+ * The query's parameters are all known and of a sane length: NULL, or what
+ * is wrong with it (in why).  A filter that is silently dropped would
+ * answer a narrower question with everything.
+ */
+static const char *
+query_check(struct evkeyvalq *q, const char *const *known, char *why,
+    size_t whylen)
+{
+	struct evkeyval	*kv;
+	size_t		 i;
+
+	TAILQ_FOREACH(kv, q, next) {
+		for (i = 0; known[i] != NULL; i++)
+			if (strcmp(kv->key, known[i]) == 0)
+				break;
+		if (known[i] == NULL)
+			snprintf(why, whylen, "unknown query parameter "
+			    "\"%.64s\"", kv->key);
+		else if (strlen(kv->value) > QUERY_VALUE_MAX)
+			snprintf(why, whylen, "query parameter %s is longer "
+			    "than %d bytes", kv->key, QUERY_VALUE_MAX);
+		else
+			continue;
+		return why;
+	}
+	return NULL;
+}
+
+static const char *const audit_params[] = { "user", "kind", "tool",
+    "decision", "since", "until", "limit", NULL };
+
+/* The filter the query asks for: 0, or -1 with why. */
+static int
+audit_query(struct evkeyvalq *q, struct audit_filter *f, char *why,
+    size_t whylen)
+{
+	const char	*since, *until, *limit;
+	char		*end;
+	int64_t		 now = (int64_t)time(NULL) * 1000;
+	unsigned long	 n;
+
+	memset(f, 0, sizeof(*f));
+	if (query_check(q, audit_params, why, whylen) != NULL)
+		return -1;
+	f->af_user = evhttp_find_header(q, "user");
+	f->af_kind = evhttp_find_header(q, "kind");
+	f->af_tool = evhttp_find_header(q, "tool");
+	f->af_decision = evhttp_find_header(q, "decision");
+	since = evhttp_find_header(q, "since");
+	until = evhttp_find_header(q, "until");
+	if ((since != NULL && audit_time_parse(since, now, &f->af_since_ms) ==
+	    -1) || (until != NULL && audit_time_parse(until, now,
+	    &f->af_until_ms) == -1)) {
+		snprintf(why, whylen, "since and until: ms since the epoch, "
+		    "ISO 8601 in UTC, or a duration such as 1h");
+		return -1;
+	}
+	if ((limit = evhttp_find_header(q, "limit")) != NULL) {
+		errno = 0;
+		n = strtoul(limit, &end, 10);
+		if (*limit < '0' || *limit > '9' || *end != '\0' || errno != 0) {
+			snprintf(why, whylen, "limit: a number of rows");
+			return -1;
+		}
+		f->af_limit = n > 10000 ? 10000 : (unsigned int)n;
+	}
+	return 0;
 }
 
 /*
@@ -230,9 +294,8 @@ r_audit(uint64_t id, const struct store_user *u, const char *rest,
 {
 	struct audit_filter	 f;
 	struct evkeyvalq	 q;
-	struct json_object	*r, *rows;
-	char			*user, *kind, *since, *until, *limit;
-	int64_t			 now = (int64_t)time(NULL) * 1000;
+	struct json_object	*r, *rows = NULL;
+	char			 why[160];
 	int			 truncated = 0, bad;
 
 	(void)rest;
@@ -248,32 +311,14 @@ r_audit(uint64_t id, const struct store_user *u, const char *rest,
 		    "be parsed");
 		return;
 	}
-	memset(&f, 0, sizeof(f));
-	f.af_user = user = query_param(&q, "user");
-	f.af_kind = kind = query_param(&q, "kind");
-	since = query_param(&q, "since");
-	until = query_param(&q, "until");
-	limit = query_param(&q, "limit");
-	f.af_tool = evhttp_find_header(&q, "tool");
-	f.af_decision = evhttp_find_header(&q, "decision");
-	bad = (since != NULL && audit_time_parse(since, now,
-	    &f.af_since_ms) == -1) || (until != NULL &&
-	    audit_time_parse(until, now, &f.af_until_ms) == -1);
-	f.af_limit = limit != NULL ? (unsigned int)strtoul(limit, NULL, 10) : 0;
-	if (f.af_limit > 10000)
-		f.af_limit = 10000;
-	if (!has_role(u, "admin"))
-		f.af_tenant = u->su_tenant;
-	rows = bad ? NULL : audit_list(&f, &truncated);
-	free(user);
-	free(kind);
-	free(since);
-	free(until);
-	free(limit);
+	if (!(bad = audit_query(&q, &f, why, sizeof(why)) == -1)) {
+		if (!has_role(u, "admin"))
+			f.af_tenant = u->su_tenant;
+		rows = audit_list(&f, &truncated);
+	}
 	evhttp_clear_headers(&q);
 	if (bad) {
-		api_error(id, 400, "bad_request", "since and until: ms since "
-		    "the epoch, ISO 8601 in UTC, or a duration such as 1h");
+		api_error(id, 400, "bad_request", "%s", why);
 		return;
 	}
 	r = json_object_new_object();

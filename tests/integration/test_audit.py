@@ -645,6 +645,15 @@ class AuditChatTest(unittest.TestCase):
         status, _, _ = self.b.request("GET", "/api/v1/audit?since=soon",
                                       headers=self.auth)
         self.assertEqual(status, 400)
+        # A filter that cannot be applied is an error, never ignored.
+        for query, why in (("tool=" + "e" * 300, "longer than 256"),
+                           ("tools=echo.*", 'unknown query parameter '
+                            '"tools"'),
+                           ("limit=ten", "limit")):
+            status, _, data = self.b.request("GET", "/api/v1/audit?" + query,
+                                             headers=self.auth)
+            self.assertEqual(status, 400, query)
+            self.assertIn(why, json.loads(data)["error"]["message"])
 
     def test_exports_resist_log_injection(self):
         hostile = {"text": HOSTILE_TEXT, 'k|e=y]"\n': HOSTILE_TEXT}
