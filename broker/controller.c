@@ -16,6 +16,7 @@
 #include <event2/event.h>
 #include <json-c/json.h>
 
+#include "broker/audit_format.h"
 #include "broker/chat.h"
 #include "broker/child_connect.h"
 #include "broker/controller.h"
@@ -601,6 +602,34 @@ admin_call_done(struct json_object *result, struct json_object *error,
 	admin_reply(id, r);
 }
 
+/*
+ * An operator's call on the control socket bypasses policy (it is for
+ * testing a server), so it is on record before it runs, or it does not.
+ */
+static int
+audit_admin_call(const char *server, const char *tool, const char *user,
+    const char *conv, struct json_object *args)
+{
+	const struct audit_conf	*ac = &controller_conf()->c_audit;
+	struct json_object	*d = json_object_new_object();
+	int64_t			 id;
+
+	json_object_object_add(d, "op", json_object_new_string("server_call"));
+	json_object_object_add(d, "server", json_object_new_string(server));
+	json_object_object_add(d, "tool", json_object_new_string(tool));
+	if (user != NULL)
+		json_object_object_add(d, "as_user",
+		    json_object_new_string(user));
+	if (conv != NULL)
+		json_object_object_add(d, "conversation",
+		    json_object_new_string(conv));
+	json_object_object_add(d, "arguments", audit_mask(args, ac->ac_mask,
+	    ac->ac_nmask, NULL));
+	id = audit_append(AUDIT_KIND_ADMIN, NULL, NULL, d);
+	json_object_put(d);
+	return id == -1 ? -1 : 0;
+}
+
 /* `mcpbrokerctl server tools|call`: through a worker. */
 static void
 admin_server(uint64_t id, const char *op, struct json_object *o)
@@ -636,6 +665,11 @@ admin_server(uint64_t id, const char *op, struct json_object *o)
 	if (tool == NULL || !json_object_object_get_ex(o, "arguments",
 	    &args) || !json_object_is_type(args, json_type_object)) {
 		admin_error(id, "a call needs a tool and JSON object arguments");
+		return;
+	}
+	if (audit_admin_call(server, tool, user, conv, args) == -1) {
+		admin_error(id, "the audit trail cannot be written; nothing was "
+		    "called");
 		return;
 	}
 	(void)controller_call_tool(wl, tool, args, user, conv, 0,

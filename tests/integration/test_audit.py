@@ -586,6 +586,18 @@ class AuditChatTest(unittest.TestCase):
         self.assertGreater(results[0]["id"], calls[0]["id"])
         self.assertIn("audit trail OK", self.b.ctl("audit", "verify").stdout)
 
+    def test_operator_calls_are_recorded_before_they_run(self):
+        """`mcpbrokerctl server call` skips policy; it is on record."""
+        out = self.b.ctl("server", "call", "-u", "bob", "echo", "echo",
+                         '{"text": "by hand", "password": "pw-1"}').stdout
+        self.assertIn("by hand", out)
+        rows = [r for r in self.rows() if r["kind"] == "admin" and
+                r["detail"].get("op") == "server_call"]
+        self.assertEqual(rows[-1]["detail"], {
+            "op": "server_call", "server": "echo", "tool": "echo",
+            "as_user": "bob",
+            "arguments": {"text": "by hand", "password": "***"}})
+
     def test_parallel_calls_are_recorded_in_order(self):
         """Calls of one round are decided together and committed in one
         batch: every intent precedes every outcome of the round."""
