@@ -441,6 +441,7 @@ print_toolset(FILE *fp, const struct toolset_conf *ts)
 	print_str(fp, ts->ts_name);
 	fputs(" {\n", fp);
 	print_strv(fp, "tools", ts->ts_tools, ts->ts_ntools);
+	fprintf(fp, "\tnames %s\n", toolset_names_str(ts->ts_names));
 	fputs("}\n", fp);
 }
 
@@ -508,7 +509,7 @@ print_rule(FILE *fp, const struct policy_rule *r)
 		fprintf(fp, " %s ", policy_subject_str(r->pr_subject));
 		print_str(fp, r->pr_subject_name);
 	}
-	fputs(" tool", fp);
+	fprintf(fp, " %s", policy_kind_str(r->pr_kind));
 	for (i = 0; i < r->pr_ntools; i++) {
 		fputc(' ', fp);
 		print_str(fp, r->pr_tools[i]);
@@ -988,6 +989,55 @@ provider_base_url(const struct provider_conf *pv)
 		return "http://127.0.0.1:11434";
 	default:
 		return NULL;	/* azure and compatible servers must say */
+	}
+}
+
+const char *
+toolset_names_str(enum toolset_names n)
+{
+	switch (n) {
+	case NAMES_DOTTED:
+		return "dotted";
+	case NAMES_UNDERSCORE:
+		return "underscore";
+	case NAMES_BARE:
+		return "bare";
+	}
+	return "dotted";
+}
+
+int
+toolset_has_server(const struct toolset_conf *ts, const char *server)
+{
+	const char	*g, *dot;
+	char		 half[256];
+	size_t		 i;
+
+	for (i = 0; i < ts->ts_ntools; i++) {
+		g = ts->ts_tools[i];
+		if ((dot = strchr(g, '.')) == NULL)
+			return 1;
+		snprintf(half, sizeof(half), "%.*s", (int)(dot - g), g);
+		if (policy_glob_match(half, server))
+			return 1;
+	}
+	return 0;
+}
+
+void
+toolset_prefix(const struct toolset_conf *ts, const char *server, char *buf,
+    size_t len)
+{
+	switch (ts->ts_names) {
+	case NAMES_DOTTED:
+		snprintf(buf, len, "%s.", server);
+		break;
+	case NAMES_UNDERSCORE:
+		snprintf(buf, len, "%s__", server);
+		break;
+	case NAMES_BARE:
+		snprintf(buf, len, "%s", "");
+		break;
 	}
 }
 

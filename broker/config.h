@@ -154,11 +154,22 @@ struct server_conf {
 };
 TAILQ_HEAD(server_list, server_conf);
 
+/*
+ * What an MCP client of /mcp/TOOLSET sees a server's tool (and prompt) as:
+ * SERVER.TOOL, SERVER__TOOL, or the server's own name.
+ */
+enum toolset_names {
+	NAMES_DOTTED,
+	NAMES_UNDERSCORE,
+	NAMES_BARE,
+};
+
 struct toolset_conf {
 	TAILQ_ENTRY(toolset_conf) ts_entry;
 	char			*ts_name;
 	char		       **ts_tools;	/* NULL-terminated globs */
 	size_t			 ts_ntools;
+	enum toolset_names	 ts_names;	/* default dotted */
 	int			 ts_line;
 	char			*ts_file;
 };
@@ -271,6 +282,16 @@ struct provider_conf	*config_find_provider(const struct mcpbroker_conf *,
 struct toolset_conf	*config_find_toolset(const struct mcpbroker_conf *,
 			    const char *);
 unsigned int		 config_server_count(const struct mcpbroker_conf *);
+/*
+ * The toolset's globs name the server (a glob without a dot names every
+ * server): its tools may be in the toolset, its resources and prompts are.
+ */
+int			 toolset_has_server(const struct toolset_conf *,
+			    const char *server);
+/* What ts's names of server's tools start with ("files.", "files__", ""). */
+void			 toolset_prefix(const struct toolset_conf *,
+			    const char *server, char *buf, size_t len);
+const char		*toolset_names_str(enum toolset_names);
 
 /* base-url, or the vendor's public endpoint when the config names none. */
 const char		*provider_base_url(const struct provider_conf *);

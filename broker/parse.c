@@ -905,24 +905,28 @@ add_ref(struct parser *p, const char *owner, const char *server, int line)
 }
 
 /*
- * A tool glob is SERVER.TOOL-pattern.  A literal server part must name a
+ * A tool glob is SERVER.TOOL-pattern (a resource's SERVER.URI, a prompt's
+ * SERVER.PROMPT: noun says which).  A literal server part must name a
  * configured server; servers may be defined later, so remember it.
  */
 static void
-check_tool_glob(struct parser *p, const char *owner, const char *g, int line)
+check_tool_glob(struct parser *p, const char *owner, const char *noun,
+    const char *g, int line)
 {
 	const char	*dot = strchr(g, '.');
 	char		*server, q[QBUF];
 
 	if (dot == NULL) {
 		if (!has_glob_char(g))
-			perr(p, line, "%s: tool %s is not SERVER.TOOL", owner,
-			    quote(g, q, sizeof(q)));
+			perr(p, line, "%s: %s %s is not SERVER.%s", owner, noun,
+			    quote(g, q, sizeof(q)), strcmp(noun, "resource") ==
+			    0 ? "URI" : strcmp(noun, "prompt") == 0 ? "PROMPT" :
+			    "TOOL");
 		return;
 	}
 	server = xstrndup(g, (size_t)(dot - g));
 	if (*server == '\0')
-		perr(p, line, "%s: tool %s has no server part", owner,
+		perr(p, line, "%s: %s %s has no server part", owner, noun,
 		    quote(g, q, sizeof(q)));
 	else if (!has_glob_char(server))
 		add_ref(p, owner, server, line);
@@ -931,22 +935,25 @@ check_tool_glob(struct parser *p, const char *owner, const char *g, int line)
 
 /*
  * tools "GLOB"... in a toolset (desc names it) or a rule (action names it,
- * and each message names the glob too).
+ * and each message names the glob too; kw is the rule's kind: tool,
+ * resource or prompt).
  */
 static int
 get_glob_list(struct parser *p, const char *kw, const char *desc,
     const char *action, char ***v, size_t *n)
 {
-	char	*s, owner[DESC_LEN], q[QBUF];
-	int	 line;
+	const char	*noun = action != NULL ? kw : "tool";
+	char		*s, owner[DESC_LEN], q[QBUF];
+	int		 line;
 
 	if (get_string(p, kw, &s, &line) == -1)
 		return -1;
 	for (;;) {
 		if (action != NULL)
-			snprintf(owner, sizeof(owner), "%s rule, tool %s",
-			    action, quote(s, q, sizeof(q)));
-		check_tool_glob(p, action != NULL ? owner : desc, s, line);
+			snprintf(owner, sizeof(owner), "%s rule, %s %s",
+			    action, noun, quote(s, q, sizeof(q)));
+		check_tool_glob(p, action != NULL ? owner : desc, noun, s,
+		    line);
 		strv_push(v, n, s);
 		if (peek(p)->tk_type != T_STRING || peek(p)->tk_bad)
 			return 0;
@@ -1667,8 +1674,32 @@ ts_tools(struct parser *p, struct blk *b)
 	    &ts->ts_ntools);
 }
 
+static int	word_index(const char *, const char *const *);
+
+/* names dotted|underscore|bare: how /mcp/TOOLSET names tools and prompts */
+static int
+ts_names(struct parser *p, struct blk *b)
+{
+	static const char *const names[] = { "dotted", "underscore", "bare",
+	    NULL };
+	struct toolset_conf	*ts = b->b_obj;
+	char			*v, q[QBUF];
+	int			 line, i;
+
+	if (get_value(p, "names", &v, &line) == -1)
+		return -1;
+	if ((i = word_index(v, names)) == -1)
+		perr(p, line, "%s: names %s: expected dotted, underscore or "
+		    "bare", b->b_desc, quote(v, q, sizeof(q)));
+	else
+		ts->ts_names = (enum toolset_names)i;
+	free(v);
+	return i == -1 ? -1 : 0;
+}
+
 static const struct kw toolset_kw[] = {
 	{ "tools", ts_tools, 1 },
+	{ "names", ts_names, 0 },
 	{ NULL, NULL, 0 },
 };
 _Static_assert(sizeof(toolset_kw) / sizeof(toolset_kw[0]) <= BLK_MAXKW,
@@ -2607,7 +2638,10 @@ rule_body(struct parser *p, struct policy_rule *r, const char *action)
 {
 	static const char *const subjects[] = { "user", "role", "tenant",
 	    NULL };
+	static const char *const kinds[] = { "tool", "resource", "prompt",
+	    NULL };
 	struct token	*t;
+	char		 b[QBUF];
 	int		 i, line, subject = 0;
 
 	t = peek(p);
@@ -2618,16 +2652,28 @@ rule_body(struct parser *p, struct policy_rule *r, const char *action)
 			return -1;
 		subject = 1;
 	}
-	if (expect_kw(p, subject ? subjects[r->pr_subject - SUBJECT_USER] :
-	    action, "tool") == -1)
+	t = peek(p);
+	if (t->tk_type != T_WORD || (i = word_index(t->tk_val, kinds)) < 0) {
+		if (!t->tk_bad)
+			perr(p, t->tk_line, "expected \"tool\", \"resource\" or "
+			    "\"prompt\" after \"%s\", got %s", subject ?
+			    subjects[r->pr_subject - SUBJECT_USER] : action,
+			    tok_desc(t, b, sizeof(b)));
 		return -1;
-	if (get_glob_list(p, "tool", NULL, action, &r->pr_tools,
+	}
+	r->pr_kind = (enum policy_kind)i;
+	consume(p);
+	if (get_glob_list(p, kinds[i], NULL, action, &r->pr_tools,
 	    &r->pr_ntools) == -1)
 		return -1;
 	for (;;) {
 		t = peek(p);
 		line = t->tk_line;
-		if (is_kw(t, "where")) {
+		if (is_kw(t, "where") && r->pr_kind == POLICY_RESOURCE) {
+			perr(p, line, "%s rule: a resource has no arguments to "
+			    "put a where on; write the URI in the glob", action);
+			return -1;
+		} else if (is_kw(t, "where")) {
 			consume(p);
 			if (rule_where(p, r) == -1)
 				return -1;
@@ -3019,6 +3065,40 @@ parser_init(struct parser *p, FILE *errs, int allow_include)
 }
 
 /*
+ * Two servers of one toolset whose tool names start alike could offer an
+ * MCP client the same name: one would shadow the other.  Names are
+ * PREFIX + TOOL, so that cannot happen when no server's prefix starts
+ * another's (SERVER. never does; SERVER__ and bare names can).
+ */
+static void
+check_toolset_names(struct parser *p, const struct toolset_conf *ts)
+{
+	const struct server_conf	*a, *b;
+	char				 pa[MAX_NAME + 3], pb[MAX_NAME + 3];
+
+	TAILQ_FOREACH(a, &p->p_conf->c_servers, srv_entry) {
+		if (!toolset_has_server(ts, a->srv_name))
+			continue;
+		toolset_prefix(ts, a->srv_name, pa, sizeof(pa));
+		for (b = TAILQ_NEXT(a, srv_entry); b != NULL;
+		    b = TAILQ_NEXT(b, srv_entry)) {
+			if (!toolset_has_server(ts, b->srv_name))
+				continue;
+			toolset_prefix(ts, b->srv_name, pb, sizeof(pb));
+			if (strncmp(pa, pb, strlen(pa)) != 0 &&
+			    strncmp(pa, pb, strlen(pb)) != 0)
+				continue;
+			perr_at(p, ts->ts_file, ts->ts_line, "toolset \"%s\": "
+			    "servers \"%s\" and \"%s\" may offer tools of the "
+			    "same name with names %s; give the toolset one of "
+			    "them, or names dotted", ts->ts_name, a->srv_name,
+			    b->srv_name, toolset_names_str(ts->ts_names));
+			return;
+		}
+	}
+}
+
+/*
  * References are resolved in reverse order of appearance (the list is a
  * stack); reverse it first so that messages come out in file order.
  */
@@ -3056,9 +3136,12 @@ parser_finish(struct parser *p)
 				    &p->p_control_at, &p->p_auth_at,
 				    &p->p_limits_at, &p->p_retention_at,
 				    &p->p_store_results_at };
+	const struct toolset_conf *ts;
 	size_t			 i;
 
 	check_refs(p);
+	TAILQ_FOREACH(ts, &conf->c_toolsets, ts_entry)
+		check_toolset_names(p, ts);
 	tok_free(&p->p_la);
 	while ((m = p->p_macros) != NULL) {
 		p->p_macros = m->m_next;

@@ -13,6 +13,10 @@
  * (So "files*" matches "filesystem.x" too; write "files.*".)  `*` matches
  * any run of bytes, `?` exactly one byte; nothing else is special; case
  * matters.  `matches` conditions use the same glob over the whole value.
+ * Resource and prompt rules glob the same way over "SERVER.URI" (the URI
+ * as the server gives it) and "SERVER.PROMPT"; a rule answers only
+ * questions about its own kind, so a tool "*" rule says nothing of
+ * resources.
  *
  * Argument conditions look at top-level arguments only.  The argument must
  * be present; prefix, equals and matches need a string without NUL bytes;
@@ -98,6 +102,20 @@ policy_action_str(enum policy_action a)
 }
 
 const char *
+policy_kind_str(enum policy_kind k)
+{
+	switch (k) {
+	case POLICY_TOOL:
+		return "tool";
+	case POLICY_RESOURCE:
+		return "resource";
+	case POLICY_PROMPT:
+		return "prompt";
+	}
+	return "unknown";
+}
+
+const char *
 policy_subject_str(enum policy_subject s)
 {
 	switch (s) {
@@ -157,6 +175,12 @@ glob_match(const char *p, size_t plen, const char *s, size_t slen)
 	while (pi < plen && p[pi] == '*')
 		pi++;
 	return pi == plen;
+}
+
+int
+policy_glob_match(const char *glob, const char *s)
+{
+	return glob_match(glob, strlen(glob), s, strlen(s));
 }
 
 static int
@@ -318,14 +342,15 @@ cond_holds(const struct policy_cond *pc, struct json_object *args)
 }
 
 static enum verdict
-rule_verdict(const struct policy_rule *r, const struct policy_caller *c,
-    const char *tool_id, struct json_object *args)
+rule_verdict(const struct policy_rule *r, enum policy_kind kind,
+    const struct policy_caller *c, const char *tool_id,
+    struct json_object *args)
 {
 	const struct policy_cond	*pc;
 
 	if (!subject_matches(r, c))
 		return V_SUBJECT;
-	if (!tool_matches(r, tool_id))
+	if (r->pr_kind != kind || !tool_matches(r, tool_id))
 		return V_TOOL;
 	if (TAILQ_EMPTY(&r->pr_conds))
 		return V_MATCH;
@@ -501,7 +526,7 @@ decide_rate_exhausted(const struct policy_rule *r,
  * not apply to the call.
  */
 static const struct policy_rule *
-first_rule(const struct policy_rule_list *rules,
+first_rule(const struct policy_rule_list *rules, enum policy_kind kind,
     const struct policy_caller *c, const char *tool_id,
     struct json_object *args, enum verdict *vp)
 {
@@ -511,7 +536,7 @@ first_rule(const struct policy_rule_list *rules,
 	if (rules == NULL)
 		return NULL;
 	TAILQ_FOREACH(r, rules, pr_entry) {
-		v = rule_verdict(r, c, tool_id, args);
+		v = rule_verdict(r, kind, c, tool_id, args);
 		if (v == V_MATCH || (v == V_MAYBE &&
 		    r->pr_action != POLICY_DENY)) {
 			*vp = v;
@@ -526,6 +551,14 @@ policy_decide(const struct policy_rule_list *rules,
     const struct policy_caller *c, const char *tool_id,
     struct json_object *args, uint64_t now_ms, struct policy_decision *d)
 {
+	policy_decide_kind(rules, POLICY_TOOL, c, tool_id, args, now_ms, d);
+}
+
+void
+policy_decide_kind(const struct policy_rule_list *rules,
+    enum policy_kind kind, const struct policy_caller *c, const char *tool_id,
+    struct json_object *args, uint64_t now_ms, struct policy_decision *d)
+{
 	const struct policy_rule	*r;
 	enum verdict			 v = V_MATCH;
 	char				 b[160];
@@ -534,9 +567,11 @@ policy_decide(const struct policy_rule_list *rules,
 	d->pd_action = POLICY_DENY;
 	if (tool_id == NULL)
 		tool_id = "";
-	if ((r = first_rule(rules, c, tool_id, args, &v)) == NULL)
+	if ((r = first_rule(rules, kind, c, tool_id, args, &v)) == NULL)
 		snprintf(d->pd_reason, sizeof(d->pd_reason),
-		    "no rule allows %s", printable(tool_id, b, sizeof(b)));
+		    "no rule allows %s%s%s", kind == POLICY_TOOL ? "" :
+		    policy_kind_str(kind), kind == POLICY_TOOL ? "" : " ",
+		    printable(tool_id, b, sizeof(b)));
 	else if (args != NULL && r->pr_action != POLICY_DENY &&
 	    r->pr_rate_count != 0 &&
 	    rate_take(r, c != NULL ? c->ps_user : NULL, now_ms) == -1)
@@ -576,7 +611,7 @@ put_rule(FILE *out, const struct policy_rule *r)
 		fprintf(out, " %s ", policy_subject_str(r->pr_subject));
 		put_str(out, r->pr_subject_name);
 	}
-	fputs(" tool", out);
+	fprintf(out, " %s", policy_kind_str(r->pr_kind));
 	for (i = 0; r->pr_tools != NULL && i < r->pr_ntools &&
 	    r->pr_tools[i] != NULL; i++) {
 		fputc(' ', out);
@@ -626,8 +661,13 @@ explain_rule(FILE *out, const struct policy_rule *r,
 	enum verdict	v;
 	int		decides = 0;
 
-	v = rule_verdict(r, c, tool_id, NULL);
+	v = rule_verdict(r, POLICY_TOOL, c, tool_id, NULL);
 	put_rule(out, r);
+	if (r->pr_kind != POLICY_TOOL) {
+		fprintf(out, ": a %s rule, not about tools\n",
+		    policy_kind_str(r->pr_kind));
+		return 0;
+	}
 	fprintf(out, ": subject %s", v == V_SUBJECT ? "does not match" :
 	    "matches");
 	if (v != V_SUBJECT)

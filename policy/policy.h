@@ -19,6 +19,16 @@ enum policy_action {
 	POLICY_CONFIRM,
 };
 
+/*
+ * What a rule is about.  Ids are "SERVER.NAME" for each: a tool's name, a
+ * resource's URI as its server gives it, a prompt's name.
+ */
+enum policy_kind {
+	POLICY_TOOL,
+	POLICY_RESOURCE,
+	POLICY_PROMPT,
+};
+
 enum policy_subject {
 	SUBJECT_ANY,		/* no subject: everyone */
 	SUBJECT_USER,
@@ -45,9 +55,10 @@ TAILQ_HEAD(policy_cond_list, policy_cond);
 struct policy_rule {
 	TAILQ_ENTRY(policy_rule) pr_entry;
 	enum policy_action	 pr_action;
+	enum policy_kind	 pr_kind;
 	enum policy_subject	 pr_subject;
 	char			*pr_subject_name;	/* NULL for SUBJECT_ANY */
-	char		       **pr_tools;	/* NULL-terminated globs over SERVER.TOOL */
+	char		       **pr_tools;	/* NULL-terminated globs over the ids */
 	size_t			 pr_ntools;
 	struct policy_cond_list	 pr_conds;
 	unsigned int		 pr_rate_count;	/* 0: no rate limit */
@@ -58,6 +69,9 @@ struct policy_rule {
 TAILQ_HEAD(policy_rule_list, policy_rule);
 
 const char	*policy_action_str(enum policy_action);
+const char	*policy_kind_str(enum policy_kind);
+/* glob (`*` and `?`, nothing else special) matches all of s. */
+int		 policy_glob_match(const char *glob, const char *s);
 const char	*policy_subject_str(enum policy_subject);
 const char	*policy_op_str(enum policy_op);
 
@@ -102,6 +116,12 @@ struct policy_decision {
  */
 void	policy_decide(const struct policy_rule_list *,
 	    const struct policy_caller *, const char *tool_id,
+	    struct json_object *args, uint64_t now_ms,
+	    struct policy_decision *);
+
+/* The same for a resource ("SERVER.URI") or prompt ("SERVER.NAME"). */
+void	policy_decide_kind(const struct policy_rule_list *, enum policy_kind,
+	    const struct policy_caller *, const char *id,
 	    struct json_object *args, uint64_t now_ms,
 	    struct policy_decision *);
 

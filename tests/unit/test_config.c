@@ -1049,8 +1049,8 @@ static const struct err_case reference_errors[] = {
 	    "\".x\" has no server part" },
 	{ "allow tool\n", "t.conf:1: expected a quoted string after \"tool\", "
 	    "got end of file" },
-	{ "allow role \"r\" tools \"*\"\n", "t.conf:1: expected \"tool\" "
-	    "after \"role\", got tools" },
+	{ "allow role \"r\" tools \"*\"\n", "t.conf:1: expected \"tool\", "
+	    "\"resource\" or \"prompt\" after \"role\", got tools" },
 	{ "allow tool \"*\" where path starts \"/x\"\n", "t.conf:1: where "
 	    "path: bad condition \"starts\": expected prefix, equals, matches "
 	    "or max-length" },
@@ -1118,6 +1118,114 @@ static const struct err_case storage_errors[] = {
 	    "duplicate store-tool-results (first at t.conf:1)" },
 	{ NULL, NULL },
 };
+
+/* What /mcp/TOOLSET needs: naming styles and resource and prompt rules. */
+static const struct err_case mcp_errors[] = {
+	{ "toolset \"t\" { tools \"*\" names short }\n", "t.conf:1: toolset "
+	    "\"t\": names \"short\": expected dotted, underscore or bare" },
+	{ "toolset \"t\" { tools \"*\" names bare names dotted }\n",
+	    "t.conf:1: duplicate \"names\" in toolset \"t\" (first at line 1)" },
+	{ "allow resource \"files\"\nserver \"files\" { command \"x\" }\n",
+	    "t.conf:1: allow rule, resource \"files\": resource \"files\" is not "
+	    "SERVER.URI" },
+	{ "deny prompt \"nope.*\"\n", "t.conf:1: deny rule, prompt \"nope.*\": "
+	    "unknown server \"nope\"" },
+	{ "allow resource \"*\" where uri prefix \"/x\"\n", "t.conf:1: allow "
+	    "rule: a resource has no arguments to put a where on; write the URI "
+	    "in the glob" },
+	{ "allow role \"r\" \"*\"\n", "t.conf:1: expected \"tool\", "
+	    "\"resource\" or \"prompt\" after \"role\", got \"*\"" },
+	{ "server \"a\" { command \"x\" }\nserver \"b\" { command \"x\" }\n"
+	    "toolset \"t\" {\n tools \"a.*\" \"b.x\"\n names bare\n}\n",
+	    "t.conf:3: toolset \"t\": servers \"a\" and \"b\" may offer tools "
+	    "of the same name with names bare; give the toolset one of them, or "
+	    "names dotted" },
+	{ "server \"a\" { command \"x\" }\nserver \"a__b\" { command \"x\" }\n"
+	    "toolset \"t\" { tools \"*.x\" names underscore }\n",
+	    "t.conf:3: toolset \"t\": servers \"a\" and \"a__b\" may offer "
+	    "tools of the same name with names underscore; give the toolset one "
+	    "of them, or names dotted" },
+	{ "server \"a\" { command \"x\" }\nserver \"b\" { command \"x\" }\n"
+	    "toolset \"t\" { tools \"*write*\" names bare }\n",
+	    "t.conf:3: toolset \"t\": servers \"a\" and \"b\" may offer tools "
+	    "of the same name with names bare; give the toolset one of them, or "
+	    "names dotted" },
+	{ NULL, NULL },
+};
+
+static void
+test_mcp_settings(void **state)
+{
+	struct mcpbroker_conf	*conf, *again;
+	struct toolset_conf	*ts;
+	struct policy_rule	*r;
+	char			*one, *two, *errs;
+
+	(void)state;
+	conf = must_parse("server \"files\" { command \"x\" }\n"
+	    "server \"files2\" { command \"x\" }\n"
+	    "toolset \"plain\" { tools \"files.*\" }\n"
+	    "toolset \"ide\" { tools \"files.*\" names bare }\n"
+	    "toolset \"llm\" { tools \"files.*\" \"files2.*\" names "
+	    "underscore }\n"
+	    "deny resource \"files.file:///srv/secret/*\"\n"
+	    "allow role \"r\" resource \"files.*\" rate 5/minute\n"
+	    "allow prompt \"files.*\" where style equals \"short\"\n"
+	    "allow tool \"*\"\n");
+	ts = config_find_toolset(conf, "plain");
+	assert_int_equal(ts->ts_names, NAMES_DOTTED);
+	assert_int_equal(config_find_toolset(conf, "ide")->ts_names,
+	    NAMES_BARE);
+	/* files__ starts no files2__ */
+	assert_int_equal(config_find_toolset(conf, "llm")->ts_names,
+	    NAMES_UNDERSCORE);
+	r = TAILQ_FIRST(&conf->c_rules);
+	assert_int_equal(r->pr_kind, POLICY_RESOURCE);
+	assert_string_equal(r->pr_tools[0], "files.file:///srv/secret/*");
+	r = TAILQ_NEXT(r, pr_entry);
+	assert_int_equal(r->pr_kind, POLICY_RESOURCE);
+	assert_int_equal(r->pr_rate_count, 5);
+	r = TAILQ_NEXT(r, pr_entry);
+	assert_int_equal(r->pr_kind, POLICY_PROMPT);
+	assert_false(TAILQ_EMPTY(&r->pr_conds));
+	assert_int_equal(TAILQ_NEXT(r, pr_entry)->pr_kind, POLICY_TOOL);
+	one = print_conf(conf, NULL);
+	assert_non_null(strstr(one, "toolset \"plain\" {\n\ttools "
+	    "\"files.*\"\n\tnames dotted\n}\n"));
+	assert_non_null(strstr(one, "\tnames bare\n"));
+	assert_non_null(strstr(one, "\tnames underscore\n"));
+	assert_non_null(strstr(one, "deny resource "
+	    "\"files.file:///srv/secret/*\"\n"));
+	assert_non_null(strstr(one, "allow role \"r\" resource \"files.*\" "
+	    "rate 5/minute\n"));
+	assert_non_null(strstr(one, "allow prompt \"files.*\" where \"style\" "
+	    "equals \"short\"\n"));
+	again = parse_text(one, &errs);
+	assert_string_equal(errs, "");
+	two = print_conf(again, NULL);
+	assert_string_equal(one, two);
+	/* the names a toolset gives, and which servers it names */
+	{
+		char p[64];
+
+		toolset_prefix(ts, "files", p, sizeof(p));
+		assert_string_equal(p, "files.");
+		toolset_prefix(config_find_toolset(conf, "llm"), "files", p,
+		    sizeof(p));
+		assert_string_equal(p, "files__");
+		toolset_prefix(config_find_toolset(conf, "ide"), "files", p,
+		    sizeof(p));
+		assert_string_equal(p, "");
+	}
+	assert_true(toolset_has_server(ts, "files"));
+	assert_false(toolset_has_server(ts, "files2"));
+	free(one);
+	free(two);
+	free(errs);
+	config_free(again);
+	config_free(conf);
+	run_cases(mcp_errors);
+}
 
 static void
 test_storage_settings(void **state)
@@ -1697,6 +1805,7 @@ main(void)
 		cmocka_unit_test(test_full_servers),
 		cmocka_unit_test(test_full_toolsets_budgets),
 		cmocka_unit_test(test_storage_settings),
+		cmocka_unit_test(test_mcp_settings),
 		cmocka_unit_test(test_full_rules),
 		cmocka_unit_test(test_auth_web),
 		cmocka_unit_test(test_round_trip),

@@ -803,6 +803,80 @@ test_explain(void **state)
 	config_free(conf);
 }
 
+static enum policy_action
+decide_kind(struct mcpbroker_conf *conf, enum policy_kind kind,
+    const struct policy_caller *c, const char *id, const char *args,
+    struct policy_decision *d)
+{
+	struct json_object *a = NULL;
+
+	if (args != NULL)
+		assert_non_null(a = json_tokener_parse(args));
+	policy_decide_kind(&conf->c_rules, kind, c, id, a, T0, d);
+	json_object_put(a);
+	return d->pd_action;
+}
+
+/* A rule is about tools, resources or prompts, and answers only that. */
+static void
+test_kinds(void **state)
+{
+	struct mcpbroker_conf	*conf;
+	struct policy_decision	 d;
+	char			*out;
+
+	(void)state;
+	conf = conf_of("deny resource \"files.file:///srv/secret/*\"\n"
+	    "allow role \"analyst\" resource \"files.*\"\n"
+	    "allow prompt \"jira.summarize\" where style equals \"short\" "
+	    "rate 1/minute\n"
+	    "allow tool \"*\"\n");
+	/* tool rules say nothing of resources and prompts, nor the reverse */
+	assert_int_equal(decide_kind(conf, POLICY_RESOURCE, &bob,
+	    "jira.doc://x", NULL, &d), POLICY_DENY);
+	assert_null(d.pd_rule);
+	assert_string_equal(d.pd_reason, "no rule allows resource "
+	    "jira.doc://x");
+	assert_int_equal(decide(conf, &bob, "files.file:///srv/a", "{}"),
+	    POLICY_ALLOW);
+	assert_int_equal(decided_by(conf, &bob, "files.file:///srv/a", "{}"),
+	    4);
+	/* globs split at the first dot, the URI keeps its own */
+	assert_int_equal(decide_kind(conf, POLICY_RESOURCE, &alice,
+	    "files.file:///srv/share/a.txt", NULL, &d), POLICY_ALLOW);
+	assert_int_equal(d.pd_rule->pr_line, 2);
+	assert_int_equal(decide_kind(conf, POLICY_RESOURCE, &alice,
+	    "files.file:///srv/secret/k", NULL, &d), POLICY_DENY);
+	assert_int_equal(d.pd_rule->pr_line, 1);
+	assert_int_equal(decide_kind(conf, POLICY_RESOURCE, &alice,
+	    "filesystem.file:///x", NULL, &d), POLICY_DENY);
+	/* prompts: arguments and rates as for tools */
+	assert_int_equal(decide_kind(conf, POLICY_PROMPT, &bob,
+	    "jira.summarize", NULL, &d), POLICY_ALLOW);
+	assert_int_equal(decide_kind(conf, POLICY_PROMPT, &bob,
+	    "jira.summarize", "{\"style\": \"long\"}", &d), POLICY_DENY);
+	assert_int_equal(decide_kind(conf, POLICY_PROMPT, &bob,
+	    "jira.summarize", "{\"style\": \"short\"}", &d), POLICY_ALLOW);
+	assert_int_equal(decide_kind(conf, POLICY_PROMPT, &bob,
+	    "jira.summarize", "{\"style\": \"short\"}", &d), POLICY_DENY);
+	assert_non_null(strstr(d.pd_reason, "rate limit"));
+	assert_int_equal(decide_kind(conf, POLICY_TOOL, &bob,
+	    "jira.summarize", "{}", &d), POLICY_ALLOW);
+	/* explain is about tools; the other rules say what they are */
+	out = explain(conf, &alice, "files.read");
+	assert_non_null(strstr(out, "t.conf:1: deny resource "
+	    "\"files.file:///srv/secret/*\": a resource rule, not about "
+	    "tools\n"));
+	assert_non_null(strstr(out, "t.conf:3: allow prompt "
+	    "\"jira.summarize\" where \"style\" equals \"short\" rate "
+	    "1/minute: a prompt rule, not about tools\n"));
+	assert_non_null(strstr(out, "decision: allow: allowed by rule at "
+	    "t.conf:4\n"));
+	free(out);
+	config_free(conf);
+	policy_rates_reset();
+}
+
 int
 main(void)
 {
@@ -821,6 +895,7 @@ main(void)
 		cmocka_unit_test(test_rate_limits),
 		cmocka_unit_test(test_rate_table_is_bounded),
 		cmocka_unit_test(test_explain),
+		cmocka_unit_test(test_kinds),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
