@@ -22,6 +22,7 @@
 #include "broker/controller.h"
 #include "broker/controller_audit.h"
 #include "broker/controller_conv.h"
+#include "broker/controller_mcp.h"
 #include "broker/controller_session.h"
 #include "broker/controller_store.h"
 #include "broker/controller_usage.h"
@@ -55,6 +56,7 @@ struct worker_link {
 	char			 wl_error[256];
 	unsigned int		 wl_restarts;
 	struct json_object	*wl_tools;	/* the worker's last list */
+	struct json_object	*wl_caps;	/* the server's capabilities */
 };
 TAILQ_HEAD(worker_link_list, worker_link);
 
@@ -68,6 +70,7 @@ struct tool_call {
 	uint64_t		 tc_id;
 	struct worker_link	*tc_worker;
 	tool_call_fn		 tc_done;
+	tool_progress_fn	 tc_progress;	/* or NULL */
 	void			*tc_arg;
 };
 TAILQ_HEAD(tool_call_list, tool_call);
@@ -98,6 +101,8 @@ static int	controller_recv_worker_tools(struct peer *, struct msg *,
 static int	controller_recv_tool_result(struct peer *, struct msg *,
 		    struct json_object *);
 static int	controller_recv_tool_progress(struct peer *, struct msg *,
+		    struct json_object *);
+static int	controller_recv_server_notify(struct peer *, struct msg *,
 		    struct json_object *);
 static int	controller_recv_admin(struct peer *, struct msg *,
 		    struct json_object *);
@@ -134,6 +139,7 @@ static const struct dispatch controller_dispatch_worker[] = {
 	{ MSG_WORKER_TOOLS, controller_recv_worker_tools, 0 },
 	{ MSG_TOOL_RESULT, controller_recv_tool_result, 0 },
 	{ MSG_TOOL_PROGRESS, controller_recv_tool_progress, 0 },
+	{ MSG_SERVER_NOTIFY, controller_recv_server_notify, 0 },
 	DISPATCH_END
 };
 
@@ -232,6 +238,7 @@ worker_link_free(struct worker_link *wl)
 	TAILQ_REMOVE(&ctl.workers, wl, wl_entry);
 	peer_detach(&wl->wl_peer);
 	json_object_put(wl->wl_tools);
+	json_object_put(wl->wl_caps);
 	free(wl);
 }
 
@@ -372,16 +379,19 @@ controller_recv_worker_tools(struct peer *p, struct msg *m,
     struct json_object *o)
 {
 	struct worker_link	*wl = p->p_arg;
-	struct json_object	*tools, *t;
+	struct json_object	*tools, *t, *caps = NULL;
 	const char		*name;
 	size_t			 i;
+	int			 changed;
 
 	(void)m;
 	if (json_get_str(o, "name", NAME_MAX_LEN - 1, 0, &name) == -1 ||
 	    strcmp(name, wl->wl_name) != 0 ||
 	    !json_object_object_get_ex(o, "tools", &tools) ||
 	    !json_object_is_type(tools, json_type_array) ||
-	    json_object_array_length(tools) > 10000)
+	    json_object_array_length(tools) > 10000 ||
+	    (json_object_object_get_ex(o, "capabilities", &caps) &&
+	    !json_object_is_type(caps, json_type_object)))
 		return -1;
 	for (i = 0; i < json_object_array_length(tools); i++) {
 		t = json_object_array_get_idx(tools, i);
@@ -389,8 +399,14 @@ controller_recv_worker_tools(struct peer *p, struct msg *m,
 		    json_get_str(t, "name", 128, 0, &name) == -1)
 			return -1;
 	}
+	changed = wl->wl_tools != NULL && !json_object_equal(wl->wl_tools,
+	    tools);
 	json_object_put(wl->wl_tools);
 	wl->wl_tools = json_object_get(tools);
+	json_object_put(wl->wl_caps);
+	wl->wl_caps = caps != NULL ? json_object_get(caps) : NULL;
+	/* MCP clients of ours hear of it; the first list is no change. */
+	mcp_worker_tools(wl->wl_name, changed);
 	return 0;
 }
 
@@ -432,24 +448,47 @@ static int
 controller_recv_tool_progress(struct peer *p, struct msg *m,
     struct json_object *o)
 {
-	(void)o;
+	struct tool_call *tc;
+
 	/* Progress may trail a call just finished; a never-issued id lies. */
-	if (call_of(p->p_arg, m->m_hdr.mh_id) == NULL &&
+	if ((tc = call_of(p->p_arg, m->m_hdr.mh_id)) == NULL &&
 	    m->m_hdr.mh_id >= ctl.next_call + 1)
 		return -1;
+	if (tc != NULL && tc->tc_done != NULL && tc->tc_progress != NULL)
+		tc->tc_progress(o, tc->tc_arg);
+	return 0;
+}
+
+/* A server's resources or prompts changed: for our MCP clients. */
+static int
+controller_recv_server_notify(struct peer *p, struct msg *m,
+    struct json_object *o)
+{
+	struct worker_link	*wl = p->p_arg;
+	struct json_object	*params = NULL;
+	const char		*method, *user = NULL, *conv = NULL;
+
+	(void)m;
+	if (json_get_str(o, "method", 64, 0, &method) == -1 ||
+	    json_get_str(o, "user", 64, 1, &user) == -1 ||
+	    json_get_str(o, "conversation", 64, 1, &conv) == -1 ||
+	    (json_object_object_get_ex(o, "params", &params) &&
+	    !json_object_is_type(params, json_type_object)))
+		return -1;
+	mcp_server_notify(wl->wl_name, method, params, user, conv);
 	return 0;
 }
 
 /*
- * Call a tool on a server's worker.  done runs exactly once: with the
- * CallToolResult, or with an error object {code, message}.
+ * Send a call (o: a TOOL_CALL or SERVER_REQ payload, taken) to a server's
+ * worker.  done runs exactly once: with the result, or with an error
+ * object {code, message}.
  */
-uint64_t
-controller_call_tool(struct worker_link *wl, const char *tool,
-    struct json_object *args, const char *user, const char *conversation,
-    uint64_t timeout_ms, tool_call_fn done, void *arg)
+static uint64_t
+call_send(struct worker_link *wl, uint16_t type, struct json_object *o,
+    const char *user, const char *conversation, uint64_t timeout_ms,
+    tool_call_fn done, void *arg)
 {
-	struct json_object	*o;
 	struct tool_call	*tc;
 
 	if ((tc = calloc(1, sizeof(*tc))) == NULL)
@@ -465,11 +504,9 @@ controller_call_tool(struct worker_link *wl, const char *tool,
 		    server_states[wl->wl_state], wl->wl_error[0] ? ": " : "",
 		    wl->wl_error);
 		free(tc);
+		json_object_put(o);
 		return 0;
 	}
-	o = json_object_new_object();
-	json_object_object_add(o, "tool", json_object_new_string(tool));
-	json_object_object_add(o, "arguments", json_object_get(args));
 	if (user != NULL)
 		json_object_object_add(o, "user", json_object_new_string(user));
 	if (conversation != NULL)
@@ -478,7 +515,7 @@ controller_call_tool(struct worker_link *wl, const char *tool,
 	if (timeout_ms > 0)	/* the worker takes at most a day */
 		json_object_object_add(o, "timeout_ms", json_object_new_int64(
 		    timeout_ms < 86400000 ? timeout_ms : 86400000));
-	if (peer_send(&wl->wl_peer, MSG_TOOL_CALL, tc->tc_id, -1, o) == -1) {
+	if (peer_send(&wl->wl_peer, type, tc->tc_id, -1, o) == -1) {
 		TAILQ_REMOVE(&ctl.calls, tc, tc_entry);
 		error_json_done(tc, "server %s: cannot reach its worker",
 		    wl->wl_name);
@@ -488,6 +525,45 @@ controller_call_tool(struct worker_link *wl, const char *tool,
 	}
 	json_object_put(o);
 	return tc->tc_id;
+}
+
+uint64_t
+controller_call_tool(struct worker_link *wl, const char *tool,
+    struct json_object *args, const char *user, const char *conversation,
+    uint64_t timeout_ms, tool_call_fn done, void *arg)
+{
+	struct json_object *o = json_object_new_object();
+
+	json_object_object_add(o, "tool", json_object_new_string(tool));
+	json_object_object_add(o, "arguments", json_object_get(args));
+	return call_send(wl, MSG_TOOL_CALL, o, user, conversation, timeout_ms,
+	    done, arg);
+}
+
+/* One of the server's other requests, answered and cancelled alike. */
+uint64_t
+controller_server_request(struct worker_link *wl, const char *method,
+    struct json_object *params, const char *user, const char *conversation,
+    uint64_t timeout_ms, tool_call_fn done, void *arg)
+{
+	struct json_object *o = json_object_new_object();
+
+	json_object_object_add(o, "method", json_object_new_string(method));
+	json_object_object_add(o, "params", json_object_get(params));
+	return call_send(wl, MSG_SERVER_REQ, o, user, conversation, timeout_ms,
+	    done, arg);
+}
+
+void
+controller_call_progress(uint64_t call, tool_progress_fn fn)
+{
+	struct tool_call *tc;
+
+	TAILQ_FOREACH(tc, &ctl.calls, tc_entry)
+		if (tc->tc_id == call && tc->tc_done != NULL) {
+			tc->tc_progress = fn;
+			return;
+		}
 }
 
 /*
@@ -540,6 +616,12 @@ struct json_object *
 controller_worker_tools(const struct worker_link *wl)
 {
 	return wl->wl_tools;
+}
+
+struct json_object *
+controller_worker_caps(const struct worker_link *wl)
+{
+	return wl->wl_caps;
 }
 
 const char *
@@ -794,8 +876,10 @@ admin_user(uint64_t id, const char *op, struct json_object *o)
 		json_object_object_add(r, "key", json_object_new_string(key));
 		explicit_bzero(key, sizeof(key));
 		log_info("admin: %s for user %s", op, name);
-	} else if (strcmp(op, "user_del") == 0)
+	} else if (strcmp(op, "user_del") == 0) {
+		mcp_forget_user(name);
 		log_info("admin: user %s deleted", name);
+	}
 	admin_reply(id, r);
 }
 
@@ -885,7 +969,7 @@ controller_recv_http_cancel(struct peer *p, struct msg *m,
 	return 0;
 }
 
-static void
+void
 api_send(uint16_t type, uint64_t id, struct json_object *o)
 {
 	(void)peer_send(&ctl.frontend, type, id, -1, o);
@@ -1011,6 +1095,7 @@ controller_configure(struct mcpbroker_conf *conf, int reload)
 		    "checkpoints cannot be signed");
 		(void)audit_set_signing_key(NULL);
 	}
+	mcp_reconfigure();
 	if (reload)
 		audit_system("config_reloaded", "servers", NULL, NULL);
 	/* Conversations past their retention go now, then every day. */

@@ -17,6 +17,8 @@ struct worker_link;
 /* done runs once: with a CallToolResult, or with an error {code, message}. */
 typedef void	(*tool_call_fn)(struct json_object *result,
 		    struct json_object *error, void *arg);
+/* {progress?, total?, message?} of a call in flight; arg is done's. */
+typedef void	(*tool_progress_fn)(struct json_object *progress, void *arg);
 
 struct mcpbroker_conf	*controller_conf(void);
 /* The key set of auth { jwt }, or NULL without one. */
@@ -27,6 +29,8 @@ struct worker_link	*controller_worker(const char *server);
 const char		*controller_worker_name(const struct worker_link *);
 /* The server's tools as its worker last listed them, or NULL. */
 struct json_object	*controller_worker_tools(const struct worker_link *);
+/* The server's capabilities as it last stated them, or NULL. */
+struct json_object	*controller_worker_caps(const struct worker_link *);
 /* "ready", "down", ...; *error gets the last error or NULL. */
 const char		*controller_worker_state(const struct worker_link *,
 			    const char **error);
@@ -35,6 +39,13 @@ uint64_t	controller_call_tool(struct worker_link *, const char *tool,
 		    struct json_object *args, const char *user,
 		    const char *conversation, uint64_t timeout_ms,
 		    tool_call_fn, void *arg);
+/* Another MCP request (resources, prompts) on the server, like a call. */
+uint64_t	controller_server_request(struct worker_link *,
+		    const char *method, struct json_object *params,
+		    const char *user, const char *conversation,
+		    uint64_t timeout_ms, tool_call_fn, void *arg);
+/* Progress of call (a non-zero id from the above) goes to fn too. */
+void		controller_call_progress(uint64_t call, tool_progress_fn);
 /* No callback after this; the worker cancels the MCP request. */
 void		controller_cancel_call(uint64_t call);
 /* A chat session is over: workers stop the instances kept for it. */
@@ -53,6 +64,8 @@ void	api_error(uint64_t id, int status, const char *code,
 void	api_stream_start(uint64_t id);
 void	api_event(uint64_t id, const char *event, struct json_object *data);
 void	api_stream_end(uint64_t id);
+/* An MSG_HTTP_REP, _EVENT or _END as built by the caller (MCP); takes o. */
+void	api_send(uint16_t type, uint64_t id, struct json_object *o);
 
 /* Answers to mcpbrokerctl for ADMIN_REQ `id` (MSG_ADMIN_REP); take reply. */
 void	admin_reply(uint64_t id, struct json_object *reply);

@@ -18,6 +18,7 @@
 #include "broker/controller.h"
 #include "broker/controller_audit.h"
 #include "broker/controller_conv.h"
+#include "broker/controller_mcp.h"
 #include "broker/controller_session.h"
 #include "broker/controller_store.h"
 #include "broker/mcpbroker.h"
@@ -462,6 +463,51 @@ origin_ok(uint64_t id, const struct web_req *wr)
 	log_debug("api: cross-origin request from %s refused", o);
 	api_error(id, 403, "cross_origin", "cross-origin request refused: %s "
 	    "is neither this broker's origin nor an allowed-origin", o);
+	return 0;
+}
+
+/* localhost, 127.0.0.1 or [::1], with any port. */
+static int
+loopback_host(const char *host)
+{
+	static const char *const names[] = { "localhost", "127.0.0.1",
+	    "[::1]" };
+	size_t	i, n;
+
+	for (i = 0; host != NULL && i < sizeof(names) / sizeof(names[0]);
+	    i++) {
+		n = strlen(names[i]);
+		if (strncasecmp(host, names[i], n) == 0 && (host[n] == '\0' ||
+		    host[n] == ':'))
+			return 1;
+	}
+	return 0;
+}
+
+/*
+ * MCP clients are not browsers, and a page's request to /mcp that says it
+ * comes from the broker's own origin may be a DNS rebinding: the Host it
+ * names is the attacker's.  So a page may use /mcp only from an
+ * allowed-origin, or from our origin on a loopback Host, which rebinding
+ * cannot give an attacker's page.  Requests without Origin (MCP clients)
+ * pass.
+ */
+static int
+mcp_origin_ok(uint64_t id, const struct web_req *wr)
+{
+	const struct auth_conf	*au = &controller_conf()->c_auth;
+	char			 o[ORIGIN_MAX];
+
+	if (wr->wr_origin == NULL || websec_origin_allowed(wr->wr_origin,
+	    wr->wr_tls, loopback_host(wr->wr_host) ? wr->wr_host : NULL,
+	    au->au_origins, au->au_norigins))
+		return 1;
+	if (websec_origin_canon(wr->wr_origin, o, sizeof(o)) == -1)
+		snprintf(o, sizeof(o), "an opaque or malformed origin");
+	log_info("mcp: request from origin %s refused (Host %s)", o,
+	    wr->wr_host != NULL ? wr->wr_host : "none");
+	api_error(id, 403, "cross_origin", "Forbidden: origin %s may not use "
+	    "the MCP endpoint (not an allowed-origin)", o);
 	return 0;
 }
 
@@ -968,14 +1014,27 @@ api_request(uint64_t id, struct json_object *req)
 		api_error(id, 400, "bad_request", "malformed request");
 		return;
 	}
-	if (!origin_ok(id, &wr))
+	if (strncmp(path, "/mcp/", 5) == 0) {
+		/* MCP clients send tokens; our cookie is for our pages. */
+		wr.wr_cookie = NULL;
+		if (!mcp_origin_ok(id, &wr))
+			return;
+	} else if (!origin_ok(id, &wr))
 		return;
+	if (strncmp(path, "/.well-known/", 13) == 0) {
+		mcp_resource_metadata(id, path, wr.wr_host, wr.wr_tls);
+		return;
+	}
 	if (strncmp(path, "/auth/", 6) == 0) {
 		auth_route(id, path, credential, peer, &wr, body);
 		return;
 	}
 	if ((user = authenticate(id, credential, peer, &wr, &su)) == NULL)
 		return;
+	if (strncmp(path, "/mcp/", 5) == 0) {
+		mcp_http(id, user, path + 5, req);
+		return;
+	}
 	if (json_get_str(req, "query", 2048, 1, &api_query) == -1)
 		api_query = NULL;
 	for (r = api_routes; r->ar_method != NULL; r++) {
@@ -998,4 +1057,5 @@ void
 api_cancel(uint64_t id)
 {
 	chat_request_gone(id);
+	mcp_request_gone(id);
 }

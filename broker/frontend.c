@@ -40,12 +40,14 @@ struct pending {
 	TAILQ_ENTRY(pending)	 pd_entry;
 	uint64_t		 pd_id;
 	struct evhttp_request	*pd_req;
+	struct evhttp_connection *pd_evcon;	/* the client's */
 	struct event		*pd_timer;
 	uint64_t		 pd_timeout_ms;
 	int			 pd_relay;	/* an API request */
 	int			 pd_streaming;	/* SSE reply under way */
 	int			 pd_tls;	/* came in on a TLS listener */
 	int			 pd_login;	/* POST /auth/login */
+	int			 pd_mcp;	/* /mcp/TOOLSET */
 };
 TAILQ_HEAD(pending_list, pending);
 
@@ -197,16 +199,25 @@ pending_touch(struct pending *pd)
 	evtimer_add(pd->pd_timer, &tv);
 }
 
-/* The client went away: its request is freed by evhttp, forget it. */
+/*
+ * The client went away.  When the connection ends under a request that
+ * was not finished (the client hung up on a stream), evhttp first lets go
+ * of the request, which is then ours to free; when we end the connection
+ * it frees the request itself, after this.
+ */
 static void
 pending_conn_closed(struct evhttp_connection *evcon, void *arg)
 {
 	struct pending *pd, *next;
 
 	(void)arg;
-	TAILQ_FOREACH_SAFE(pd, &fe.pending, pd_entry, next)
-		if (evhttp_request_get_connection(pd->pd_req) == evcon)
-			pending_cancel(pd);
+	TAILQ_FOREACH_SAFE(pd, &fe.pending, pd_entry, next) {
+		if (pd->pd_evcon != evcon)
+			continue;
+		if (evhttp_request_get_connection(pd->pd_req) == NULL)
+			evhttp_request_free(pd->pd_req);
+		pending_cancel(pd);
+	}
 }
 
 /*
@@ -237,6 +248,7 @@ ask_controller(struct evhttp_request *req, uint16_t type,
 	pd->pd_req = req;
 	pd->pd_timeout_ms = timeout_ms;
 	pd->pd_relay = type == MSG_HTTP_REQ;
+	pd->pd_evcon = evhttp_request_get_connection(req);
 	if (peer_send(&fe.controller, type, pd->pd_id, -1, payload) == -1) {
 		event_free(pd->pd_timer);
 		free(pd);
@@ -453,6 +465,225 @@ route_api(struct evhttp_request *req, int tls)
 	json_object_put(payload);
 }
 
+/* ---- /mcp/TOOLSET: the broker as an MCP server ---- */
+
+static const char	*status_reason(int);
+
+/*
+ * A 401's challenge.  An MCP client is told where the resource's metadata
+ * is (RFC 9728), on our own origin, when Host and path are plain enough
+ * to put in a header.
+ */
+static void
+www_authenticate(struct evhttp_request *req, int tls, int mcp)
+{
+	const char	*host, *path = evhttp_uri_get_path(
+			    evhttp_request_get_evhttp_uri(req));
+	char		 v[512];
+
+	host = evhttp_find_header(evhttp_request_get_input_headers(req),
+	    "Host");
+	if (!mcp || host == NULL || path == NULL || strlen(host) > HOST_MAX ||
+	    strspn(host, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+	    "0123456789.-:[]") != strlen(host) || strlen(path) > 5 + 64 ||
+	    strspn(path + 5, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVW"
+	    "XYZ0123456789._-") != strlen(path + 5))
+		snprintf(v, sizeof(v), "Bearer");
+	else
+		snprintf(v, sizeof(v), "Bearer resource_metadata=\"%s://%s/"
+		    ".well-known/oauth-protected-resource%s\"", tls ? "https" :
+		    "http", host, path);
+	evhttp_add_header(evhttp_request_get_output_headers(req),
+	    "WWW-Authenticate", v);
+}
+
+/* An MCP answer of our own: a JSON-RPC error without an id. */
+static void
+reply_rpc_error(struct evhttp_request *req, int status, int code,
+    const char *message)
+{
+	struct json_object *o = json_object_new_object(), *e;
+
+	json_object_object_add(o, "jsonrpc", json_object_new_string("2.0"));
+	json_object_object_add(o, "id", NULL);
+	e = json_object_new_object();
+	json_object_object_add(e, "code", json_object_new_int(code));
+	json_object_object_add(e, "message", json_object_new_string(message));
+	json_object_object_add(o, "error", e);
+	reply_json(req, status, status == 401 ? "Unauthorized" : "Bad Request",
+	    o);
+	json_object_put(o);
+}
+
+/*
+ * The MCP request headers the controller reads, relayed as "mcp": each at
+ * most once, bounded, printable ASCII (Mcp-Name may hold spaces).
+ */
+static const struct {
+	const char	*mh_name;
+	const char	*mh_key;
+	size_t		 mh_max;
+	int		 mh_space;
+} mcp_headers[] = {
+	{ "Mcp-Session-Id", "session", 128, 0 },
+	{ "MCP-Protocol-Version", "version", 32, 0 },
+	{ "Mcp-Method", "method", 128, 0 },
+	{ "Mcp-Name", "name", 8192, 1 },
+	{ "Last-Event-ID", "last_event", 128, 0 },
+};
+
+static int
+mcp_header_ok(const char *v, int space)
+{
+	for (; *v != '\0'; v++)
+		if ((unsigned char)*v > 0x7e ||
+		    (unsigned char)*v < (space ? 0x20 : 0x21))
+			return 0;
+	return 1;
+}
+
+static struct json_object *
+mcp_fields(struct evhttp_request *req)
+{
+	struct evkeyvalq	*h = evhttp_request_get_input_headers(req);
+	struct json_object	*o = json_object_new_object();
+	const char		*v;
+	char			 msg[96];
+	size_t			 i;
+
+	for (i = 0; i < sizeof(mcp_headers) / sizeof(mcp_headers[0]); i++) {
+		if (header_once(h, mcp_headers[i].mh_name,
+		    mcp_headers[i].mh_max, &v) == -1 || (v != NULL &&
+		    (*v == '\0' || !mcp_header_ok(v, mcp_headers[i].mh_space)))) {
+			snprintf(msg, sizeof(msg), "Bad Request: a repeated, "
+			    "overlong or malformed %s header",
+			    mcp_headers[i].mh_name);
+			reply_rpc_error(req, 400, -32600, msg);
+			json_object_put(o);
+			return NULL;
+		}
+		add_str(o, mcp_headers[i].mh_key, v);
+	}
+	v = evhttp_find_header(h, "Accept");
+	json_object_object_add(o, "sse", json_object_new_boolean(v != NULL &&
+	    strcasestr(v, "text/event-stream") != NULL));
+	return o;
+}
+
+/*
+ * A POST carries one JSON-RPC message.  Batches (2025-03-26 only; later
+ * revisions dropped them) are refused whole.
+ */
+static int
+mcp_body(struct evhttp_request *req, struct json_object **body)
+{
+	struct evbuffer	*in = evhttp_request_get_input_buffer(req);
+	size_t		 len = evbuffer_get_length(in), i;
+	const char	*b;
+
+	*body = NULL;
+	if (evhttp_request_get_command(req) != EVHTTP_REQ_POST || len == 0)
+		return 1;
+	b = (const char *)evbuffer_pullup(in, len);
+	for (i = 0; i < len && strchr(" \t\r\n", b[i]) != NULL; i++)
+		;
+	if (i < len && b[i] == '[') {
+		reply_rpc_error(req, 400, -32600, "Invalid Request: JSON-RPC "
+		    "batches are not supported; send one message per POST");
+		return 0;
+	}
+	if ((*body = json_parse_object(b, len)) == NULL) {
+		reply_rpc_error(req, 400, -32700, "Parse error: the body must "
+		    "be one JSON-RPC message");
+		return 0;
+	}
+	return 1;
+}
+
+/*
+ * As route_api, with the MCP headers and a JSON-RPC body; no cookie:
+ * MCP clients authenticate with bearer tokens.
+ */
+static void
+route_mcp(struct evhttp_request *req, int tls)
+{
+	const struct evhttp_uri	*uri = evhttp_request_get_evhttp_uri(req);
+	struct json_object	*payload, *mcp, *body;
+	struct pending		*pd;
+	struct web_hdrs		 wh;
+	const char		*auth;
+	char			*addr = NULL;
+	ev_uint16_t		 port = 0;
+
+	if (web_headers(req, tls, &wh) == -1)
+		return;
+	explicit_bzero(wh.wh_cookie, sizeof(wh.wh_cookie));
+	auth = evhttp_find_header(evhttp_request_get_input_headers(req),
+	    "Authorization");
+	if (auth != NULL && strlen(auth) > CREDENTIAL_MAX + 7) {
+		www_authenticate(req, tls, 1);
+		reply_rpc_error(req, 401, -32600, "the Authorization header is "
+		    "too long (the limit is 8 KiB)");
+		return;
+	}
+	if ((mcp = mcp_fields(req)) == NULL)
+		return;
+	if (!mcp_body(req, &body)) {
+		json_object_put(mcp);
+		return;
+	}
+	payload = json_object_new_object();
+	json_object_object_add(payload, "method", json_object_new_string(
+	    method_str(evhttp_request_get_command(req))));
+	json_object_object_add(payload, "path",
+	    json_object_new_string(evhttp_uri_get_path(uri)));
+	if (body != NULL)
+		json_object_object_add(payload, "body", body);
+	evhttp_connection_get_peer(evhttp_request_get_connection(req), &addr,
+	    &port);
+	if (addr != NULL)
+		json_object_object_add(payload, "peer",
+		    json_object_new_string(addr));
+	if (auth != NULL && strncasecmp(auth, "Bearer ", 7) == 0)
+		json_object_object_add(payload, "credential",
+		    json_object_new_string(auth + 7));
+	add_str(payload, "origin", wh.wh_origin);
+	add_str(payload, "host", wh.wh_host);
+	json_object_object_add(payload, "tls", json_object_new_boolean(tls));
+	json_object_object_add(payload, "mcp", mcp);
+	if ((pd = ask_controller(req, MSG_HTTP_REQ, payload,
+	    API_TIMEOUT_MS)) != NULL) {
+		pd->pd_tls = tls;
+		pd->pd_mcp = 1;
+	}
+	json_object_put(payload);
+}
+
+/* An MCP answer's headers: the session a client is to send back. */
+static int
+mcp_rep_headers(struct pending *pd, struct json_object *mcp)
+{
+	const char *sid = NULL;
+
+	if (!pd->pd_mcp || !json_object_is_type(mcp, json_type_object) ||
+	    json_get_str(mcp, "session", 128, 1, &sid) == -1 ||
+	    (sid != NULL && (*sid == '\0' || !mcp_header_ok(sid, 0))))
+		return -1;
+	if (sid != NULL)
+		evhttp_add_header(evhttp_request_get_output_headers(pd->pd_req),
+		    "Mcp-Session-Id", sid);
+	return 0;
+}
+
+/* 202 Accepted and the like: a status and nothing else. */
+static void
+reply_empty(struct evhttp_request *req, int status)
+{
+	evhttp_add_header(evhttp_request_get_output_headers(req),
+	    "Cache-Control", "no-store");
+	evhttp_send_reply(req, status, status_reason(status), NULL);
+}
+
 struct route {
 	const char	*rt_path;	/* exact, or a prefix ending in '/' */
 	int		 rt_methods;	/* evhttp_cmd_type bits */
@@ -470,6 +701,10 @@ static const struct route routes[] = {
 	{ "/auth/login", EVHTTP_REQ_POST, route_api },
 	{ "/auth/logout", EVHTTP_REQ_POST, route_api },
 	{ "/auth/session", EVHTTP_REQ_GET, route_api },
+	{ "/mcp/", EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_DELETE,
+	    route_mcp },
+	{ "/.well-known/oauth-protected-resource/", EVHTTP_REQ_GET,
+	    route_api },
 	{ NULL, 0, NULL }
 };
 
@@ -578,6 +813,8 @@ status_reason(int status)
 		return "OK";
 	case 201:
 		return "Created";
+	case 202:
+		return "Accepted";
 	case 204:
 		return "No Content";
 	case 400:
@@ -588,6 +825,10 @@ status_reason(int status)
 		return "Forbidden";
 	case 404:
 		return "Not Found";
+	case 405:
+		return "Method Not Allowed";
+	case 406:
+		return "Not Acceptable";
 	case 409:
 		return "Conflict";
 	case 413:
@@ -666,7 +907,7 @@ static int
 frontend_recv_http_rep(struct peer *p, struct msg *m, struct json_object *o)
 {
 	struct evkeyvalq	*h;
-	struct json_object	*body = NULL, *session = NULL;
+	struct json_object	*body = NULL, *session = NULL, *mcp = NULL;
 	struct pending		*pd;
 	const char		*sid = NULL;
 	int64_t			 status, max_age = 0;
@@ -685,10 +926,17 @@ frontend_recv_http_rep(struct peer *p, struct msg *m, struct json_object *o)
 	if (session != NULL && session_cookie_set(pd, status, sid, max_age) ==
 	    -1)
 		return -1;
+	if (json_object_object_get_ex(o, "mcp", &mcp) &&
+	    mcp_rep_headers(pd, mcp) == -1)
+		return -1;
 	if (!stream) {
 		if (status == 401)
-			evhttp_add_header(evhttp_request_get_output_headers(
-			    pd->pd_req), "WWW-Authenticate", "Bearer");
+			www_authenticate(pd->pd_req, pd->pd_tls, pd->pd_mcp);
+		if (body == NULL && pd->pd_mcp) {
+			reply_empty(pd->pd_req, (int)status);
+			pending_free(pd);
+			return 0;
+		}
 		if (body == NULL)
 			body = json_object_new_object();
 		else
@@ -726,21 +974,25 @@ client_too_slow(struct pending *pd)
 static int
 frontend_recv_http_event(struct peer *p, struct msg *m, struct json_object *o)
 {
-	struct json_object	*data;
+	struct json_object	*data = NULL;
 	struct pending		*pd;
 	struct evbuffer		*buf;
-	const char		*event, *c;
+	const char		*event, *c, *evid = NULL;
 
 	(void)p;
 	if (json_get_str(o, "event", 32, 0, &event) == -1 ||
-	    !json_object_object_get_ex(o, "data", &data))
+	    json_get_str(o, "id", 64, 1, &evid) == -1 ||
+	    (evid != NULL && strspn(evid, "0123456789-") != strlen(evid)))
 		return -1;
 	for (c = event; *c != '\0'; c++)
 		if ((*c < 'a' || *c > 'z') && *c != '_')
 			return -1;
 	if ((pd = pending_find(m->m_hdr.mh_id)) == NULL)
 		return 0;
-	if (!pd->pd_streaming)
+	/* MCP streams have event ids, and keep-alives without data. */
+	if (!pd->pd_streaming || (!json_object_object_get_ex(o, "data",
+	    &data) && (!pd->pd_mcp || strcmp(event, "keepalive") != 0)) ||
+	    (evid != NULL && !pd->pd_mcp))
 		return -1;
 	if (client_too_slow(pd)) {
 		log_warnx("dropping a client that does not read its stream");
@@ -751,9 +1003,14 @@ frontend_recv_http_event(struct peer *p, struct msg *m, struct json_object *o)
 	if ((buf = evbuffer_new()) == NULL)
 		fatal("evbuffer_new");
 	/* JSON from json-c holds no raw newline: one data line is enough. */
-	evbuffer_add_printf(buf, "event: %s\ndata: %s\n\n", event,
-	    json_object_to_json_string_ext(data, JSON_C_TO_STRING_PLAIN |
-	    JSON_C_TO_STRING_NOSLASHESCAPE));
+	if (data == NULL)
+		evbuffer_add_printf(buf, ":\n\n");
+	else
+		evbuffer_add_printf(buf, "%s%s%sevent: %s\ndata: %s\n\n",
+		    evid != NULL ? "id: " : "", evid != NULL ? evid : "",
+		    evid != NULL ? "\n" : "", event,
+		    json_object_to_json_string_ext(data,
+		    JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE));
 	evhttp_send_reply_chunk(pd->pd_req, buf);
 	evbuffer_free(buf);
 	pending_touch(pd);

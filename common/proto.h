@@ -85,8 +85,10 @@ enum msg_type {
 	/* controller <-> worker, 300..399 */
 	MSG_WORKER_READY = 300,	/* worker -> controller {name} */
 	MSG_WORKER_STATE,	/* worker -> controller {name, state, error?} */
-	MSG_WORKER_TOOLS,	/* worker -> controller {name, tools:[Tool]}:
-				 *  the server's tools, after every change */
+	MSG_WORKER_TOOLS,	/* worker -> controller {name, tools:[Tool],
+				 *  capabilities?}: the server's tools (and
+				 *  what it said it can do), after every
+				 *  change */
 	MSG_TOOL_CALL,		/* controller -> worker {tool, arguments, user?,
 				 *  conversation?, timeout_ms?}; id: the call */
 	MSG_TOOL_RESULT,	/* worker -> controller {result} or
@@ -97,6 +99,15 @@ enum msg_type {
 	MSG_RELEASE,		/* controller -> worker {user?, conversation?}:
 				 *  that chat session ended; stop the
 				 *  instances kept for it */
+	MSG_SERVER_REQ,		/* controller -> worker {method, params,
+				 *  user?, conversation?, timeout_ms?}: a
+				 *  resources or prompts request of an MCP
+				 *  client of ours; id: a call, answered by
+				 *  TOOL_RESULT and cancelled by TOOL_CANCEL */
+	MSG_SERVER_NOTIFY,	/* worker -> controller {method, params?,
+				 *  user?, conversation?}: the server says its
+				 *  resources or prompts changed; user or
+				 *  conversation name the instance's key */
 
 	/* mcpbrokerctl <-> parent over the control socket, 400..499 */
 	MSG_CTL_STATUS = 400,	/* ctl -> parent {} */

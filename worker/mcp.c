@@ -63,6 +63,7 @@ struct mcp_session {
 	const struct mcp_transport_ops	*s_ops;
 	void				*s_transport;
 	const struct mcp_session_cbs	*s_cbs;
+	mcp_notify_fn			 s_notify;
 	void				*s_arg;
 	enum mcp_state			 s_state;
 	enum mcp_era			 s_era;
@@ -257,6 +258,12 @@ struct json_object *
 mcp_session_server_info(const struct mcp_session *s)
 {
 	return s->s_server_info;
+}
+
+struct json_object *
+mcp_session_capabilities(const struct mcp_session *s)
+{
+	return s->s_capabilities;
 }
 
 struct json_object *
@@ -553,6 +560,11 @@ listen_start(struct mcp_session *s)
 	filter = json_object_new_object();
 	json_object_object_add(filter, "toolsListChanged",
 	    json_object_new_boolean(1));
+	/* Our own MCP clients may want these; a server drops what it lacks. */
+	json_object_object_add(filter, "promptsListChanged",
+	    json_object_new_boolean(1));
+	json_object_object_add(filter, "resourcesListChanged",
+	    json_object_new_boolean(1));
 	json_object_object_add(params, "notifications", filter);
 	s->s_listen_id = request_send(s, "subscriptions/listen", params, NULL,
 	    LISTEN_TIMEOUT_MS, listen_done, NULL, NULL, NULL);
@@ -730,6 +742,12 @@ connect_timeout(int fd, short ev, void *arg)
 	snprintf(why, sizeof(why), "no MCP handshake within %" PRIu64 " ms",
 	    s->s_opts.so_connect_timeout_ms);
 	session_close(s, why);
+}
+
+void
+mcp_session_on_notify(struct mcp_session *s, mcp_notify_fn fn)
+{
+	s->s_notify = fn;
 }
 
 void
@@ -1064,7 +1082,15 @@ handle_notification(struct mcp_session *s, const char *method,
 		handle_progress(s, params);
 	else if (strcmp(method, "notifications/message") == 0)
 		handle_log(s, params);
-	/* Others (cancelled, resources/updated, ...) need nothing from us. */
+	else if (s->s_state == MCP_READY && s->s_notify != NULL &&
+	    (strcmp(method, "notifications/resources/updated") == 0 ||
+	    strcmp(method, "notifications/resources/list_changed") == 0 ||
+	    strcmp(method, "notifications/prompts/list_changed") == 0)) {
+		s->s_busy++;
+		s->s_notify(s, method, params, s->s_arg);
+		s->s_busy--;
+	}
+	/* Others (cancelled, ...) need nothing from us. */
 }
 
 static void

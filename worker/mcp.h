@@ -86,6 +86,13 @@ struct mcp_session_cbs {
 	void	(*on_tools_changed)(struct mcp_session *, void *);
 };
 
+/*
+ * The server says its resources or prompts changed (list_changed,
+ * resources/updated); params may be NULL.
+ */
+typedef void	(*mcp_notify_fn)(struct mcp_session *, const char *method,
+		    struct json_object *params, void *);
+
 struct mcp_session_opts {
 	const char	*so_name;		/* server name, for logs */
 	uint64_t	 so_connect_timeout_ms;	/* whole handshake */
@@ -104,12 +111,16 @@ struct mcp_session *mcp_session_new(struct event_base *,
 		    const struct mcp_transport_ops *, void *transport,
 		    const struct mcp_session_cbs *, void *arg);
 void		 mcp_session_start(struct mcp_session *);
+/* Hear of resource and prompt changes (none by default); arg as the cbs'. */
+void		 mcp_session_on_notify(struct mcp_session *, mcp_notify_fn);
 void		 mcp_session_free(struct mcp_session *);
 
 enum mcp_state	 mcp_session_state(const struct mcp_session *);
 enum mcp_era	 mcp_session_era(const struct mcp_session *);
 const char	*mcp_session_version(const struct mcp_session *);
 struct json_object *mcp_session_server_info(const struct mcp_session *);
+/* What the server said it can do (initialize or server/discover), or NULL. */
+struct json_object *mcp_session_capabilities(const struct mcp_session *);
 /* A listed tool's inputSchema, from the cache; NULL if unknown. */
 struct json_object *mcp_session_tool_schema(const struct mcp_session *,
 		    const char *tool);

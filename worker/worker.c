@@ -62,8 +62,9 @@ TAILQ_HEAD(inst_list, inst);
 struct wcall {
 	TAILQ_ENTRY(wcall)	 wc_entry;
 	uint64_t		 wc_id;		/* the controller's */
-	char			*wc_tool;
-	struct json_object	*wc_args;
+	char			*wc_tool;	/* tools/call's name, or */
+	char			*wc_method;	/* another request's method */
+	struct json_object	*wc_args;	/* arguments, or params */
 	uint64_t		 wc_timeout_ms;
 	struct inst		*wc_inst;
 	int64_t			 wc_rpc;	/* MCP request id, or -1 */
@@ -99,6 +100,8 @@ static int	worker_recv_instance_exit(struct peer *, struct msg *,
 		    struct json_object *);
 static int	worker_recv_call(struct peer *, struct msg *,
 		    struct json_object *);
+static int	worker_recv_request(struct peer *, struct msg *,
+		    struct json_object *);
 static int	worker_recv_cancel(struct peer *, struct msg *,
 		    struct json_object *);
 static int	worker_recv_release(struct peer *, struct msg *,
@@ -123,6 +126,7 @@ static const struct dispatch worker_dispatch_parent[] = {
 
 static const struct dispatch worker_dispatch_controller[] = {
 	{ MSG_TOOL_CALL, worker_recv_call, 0 },
+	{ MSG_SERVER_REQ, worker_recv_request, 0 },
 	{ MSG_TOOL_CANCEL, worker_recv_cancel, 0 },
 	{ MSG_RELEASE, worker_recv_release, 0 },
 	DISPATCH_END
@@ -145,12 +149,14 @@ send_state(const char *state, const char *error)
 }
 
 static void
-send_tools(struct json_object *tools)
+send_tools(struct json_object *tools, struct json_object *caps)
 {
 	struct json_object *o = json_object_new_object();
 
 	json_object_object_add(o, "name", json_object_new_string(wk.name));
 	json_object_object_add(o, "tools", json_object_get(tools));
+	if (json_object_is_type(caps, json_type_object))
+		json_object_object_add(o, "capabilities", json_object_get(caps));
 	(void)peer_send(&wk.controller, MSG_WORKER_TOOLS, 0, -1, o);
 	json_object_put(o);
 }
@@ -192,6 +198,7 @@ call_free(struct wcall *wc)
 {
 	TAILQ_REMOVE(&wk.calls, wc, wc_entry);
 	free(wc->wc_tool);
+	free(wc->wc_method);
 	json_object_put(wc->wc_args);
 	free(wc);
 }
@@ -334,6 +341,9 @@ static void
 session_closed(struct mcp_session *s, const char *why, void *arg);
 static void
 session_tools_changed(struct mcp_session *s, void *arg);
+static void
+session_notify(struct mcp_session *s, const char *method,
+    struct json_object *params, void *arg);
 
 static const struct mcp_session_cbs session_cbs = {
 	session_ready, session_closed, session_tools_changed
@@ -345,7 +355,6 @@ tools_listed(struct mcp_session *s, struct json_object *res,
 {
 	struct json_object *tools;
 
-	(void)s;
 	(void)arg;
 	if (err != NULL) {
 		log_warnx("server %s: tools/list: %s", wk.name, err->me_message);
@@ -356,7 +365,7 @@ tools_listed(struct mcp_session *s, struct json_object *res,
 		return;
 	log_info("server %s: %zu tool(s)", wk.name,
 	    json_object_array_length(tools));
-	send_tools(tools);
+	send_tools(tools, mcp_session_capabilities(s));
 	if (!wk.ready_sent) {
 		struct json_object *o = json_object_new_object();
 
@@ -412,6 +421,37 @@ session_tools_changed(struct mcp_session *s, void *arg)
 		    NULL);
 }
 
+/*
+ * Resource and prompt changes are for the controller's MCP clients.  A
+ * list is the catalog instance's; an update names the instance's key, so
+ * that only its own user (or conversation) hears of it.
+ */
+static void
+session_notify(struct mcp_session *s, const char *method,
+    struct json_object *params, void *arg)
+{
+	struct inst		*in = arg;
+	struct json_object	*o;
+	int			 update;
+
+	(void)s;
+	update = strcmp(method, "notifications/resources/updated") == 0;
+	if (!update && !inst_is_catalog(in))
+		return;
+	o = json_object_new_object();
+	json_object_object_add(o, "method", json_object_new_string(method));
+	if (params != NULL)
+		json_object_object_add(o, "params", json_object_get(params));
+	if (strncmp(in->in_key, "user:", 5) == 0)
+		json_object_object_add(o, "user", json_object_new_string(
+		    in->in_key + 5));
+	else if (strncmp(in->in_key, "conversation:", 13) == 0)
+		json_object_object_add(o, "conversation",
+		    json_object_new_string(in->in_key + 13));
+	(void)peer_send(&wk.controller, MSG_SERVER_NOTIFY, 0, -1, o);
+	json_object_put(o);
+}
+
 /* The exit status did not come (or the session closed): finish now. */
 static void
 inst_exit_timer_cb(int fd, short ev, void *arg)
@@ -462,6 +502,7 @@ inst_connect_http(struct inst *in)
 	if ((in->in_session = mcp_session_new(child_base(), &so, &mcp_http_ops,
 	    t, &session_cbs, in)) == NULL)
 		fatalx("mcp_session_new");
+	mcp_session_on_notify(in->in_session, session_notify);
 	mcp_http_attach(t, in->in_session);
 	in->in_state = IS_CONNECTING;
 	mcp_session_start(in->in_session);
@@ -543,6 +584,7 @@ worker_recv_instance_started(struct peer *p, struct msg *m,
 	if ((in->in_session = mcp_session_new(child_base(), &so,
 	    &stdio_transport_ops, st, &session_cbs, in)) == NULL)
 		fatalx("mcp_session_new");
+	mcp_session_on_notify(in->in_session, session_notify);
 	stdio_transport_attach(st, in->in_session);
 	in->in_state = IS_CONNECTING;
 	mcp_session_start(in->in_session);
@@ -675,8 +717,14 @@ call_dispatch(struct wcall *wc)
 
 	wc->wc_args = NULL;
 	wc->wc_inst->in_active++;
-	wc->wc_rpc = mcp_call_tool(wc->wc_inst->in_session, wc->wc_tool,
-	    args, wc->wc_timeout_ms, call_done, call_progress, wc);
+	if (wc->wc_method != NULL)
+		wc->wc_rpc = mcp_request(wc->wc_inst->in_session,
+		    wc->wc_method, args, wc->wc_timeout_ms, call_done, NULL,
+		    wc);
+	else
+		wc->wc_rpc = mcp_call_tool(wc->wc_inst->in_session,
+		    wc->wc_tool, args, wc->wc_timeout_ms, call_done,
+		    call_progress, wc);
 }
 
 /* Which instance serves a call: isolation decides. */
@@ -705,27 +753,25 @@ call_key(struct json_object *o, char *key, size_t len)
 	return 0;
 }
 
-static int
-worker_recv_call(struct peer *p, struct msg *m, struct json_object *o)
+/*
+ * A call (tools/call, or method with params) is queued on the instance
+ * isolation picks, started when it is ready; exactly one TOOL_RESULT
+ * answers it.
+ */
+static void
+call_start(uint64_t id, struct json_object *o, const char *tool,
+    const char *method, struct json_object *args, int64_t timeout)
 {
-	struct json_object	*args;
-	struct wcall		*wc;
-	struct inst		*in;
-	const char		*tool;
-	char			 key[INSTANCE_KEY_MAX];
-	int64_t			 timeout = wk.srv->srv_call_timeout_ms;
+	struct wcall	*wc;
+	struct inst	*in;
+	char		 key[INSTANCE_KEY_MAX];
 
-	(void)p;
-	if (json_get_str(o, "tool", 128, 0, &tool) == -1 ||
-	    !json_object_object_get_ex(o, "arguments", &args) ||
-	    !json_object_is_type(args, json_type_object) ||
-	    json_get_int(o, "timeout_ms", 1, 24 * 3600 * 1000, 1, &timeout) ==
-	    -1)
-		return -1;
 	if ((wc = calloc(1, sizeof(*wc))) == NULL)
 		fatal("calloc");
-	wc->wc_id = m->m_hdr.mh_id;
-	wc->wc_tool = strdup(tool);
+	wc->wc_id = id;
+	if ((tool != NULL && (wc->wc_tool = strdup(tool)) == NULL) ||
+	    (method != NULL && (wc->wc_method = strdup(method)) == NULL))
+		fatal("strdup");
 	wc->wc_args = json_object_get(args);
 	wc->wc_timeout_ms = (uint64_t)timeout;
 	wc->wc_rpc = -1;
@@ -735,19 +781,19 @@ worker_recv_call(struct peer *p, struct msg *m, struct json_object *o)
 		    "%s: the call must name one", wk.name,
 		    wk.srv->srv_isolation == ISOLATION_PER_USER ? "user" :
 		    "conversation");
-		return 0;
+		return;
 	}
 	if ((in = inst_find_key(key)) == NULL) {
 		if (inst_count() > wk.srv->srv_max_instances) {
 			call_fail(wc, MCP_ERR_LOCAL, "server %s: instance limit "
 			    "(%u) reached", wk.name, wk.srv->srv_max_instances);
-			return 0;
+			return;
 		}
 		inst_spawn(key);
 		if ((in = inst_find_key(key)) == NULL) {
 			call_fail(wc, MCP_ERR_TRANSPORT, "server %s: could not "
 			    "start an instance", wk.name);
-			return 0;
+			return;
 		}
 	}
 	wc->wc_inst = in;
@@ -758,6 +804,63 @@ worker_recv_call(struct peer *p, struct msg *m, struct json_object *o)
 		TAILQ_REMOVE(&wk.calls, wc, wc_entry);
 		TAILQ_INSERT_TAIL(&in->in_waiting, wc, wc_entry);
 	}
+}
+
+static int
+worker_recv_call(struct peer *p, struct msg *m, struct json_object *o)
+{
+	struct json_object	*args;
+	const char		*tool;
+	int64_t			 timeout = wk.srv->srv_call_timeout_ms;
+
+	(void)p;
+	if (json_get_str(o, "tool", 128, 0, &tool) == -1 ||
+	    !json_object_object_get_ex(o, "arguments", &args) ||
+	    !json_object_is_type(args, json_type_object) ||
+	    json_get_int(o, "timeout_ms", 1, 24 * 3600 * 1000, 1, &timeout) ==
+	    -1)
+		return -1;
+	call_start(m->m_hdr.mh_id, o, tool, NULL, args, timeout);
+	return 0;
+}
+
+/*
+ * What the controller may ask of a server for its MCP clients besides
+ * tools: reading, never changing anything the server itself would not
+ * let a client change.
+ */
+static int
+request_allowed(const char *method)
+{
+	static const char *const methods[] = {
+		"resources/list", "resources/templates/list", "resources/read",
+		"resources/subscribe", "resources/unsubscribe", "prompts/list",
+		"prompts/get", "completion/complete", NULL
+	};
+	size_t i;
+
+	for (i = 0; methods[i] != NULL; i++)
+		if (strcmp(method, methods[i]) == 0)
+			return 1;
+	return 0;
+}
+
+static int
+worker_recv_request(struct peer *p, struct msg *m, struct json_object *o)
+{
+	struct json_object	*params;
+	const char		*method;
+	int64_t			 timeout = wk.srv->srv_call_timeout_ms;
+
+	(void)p;
+	if (json_get_str(o, "method", 64, 0, &method) == -1 ||
+	    !request_allowed(method) ||
+	    !json_object_object_get_ex(o, "params", &params) ||
+	    !json_object_is_type(params, json_type_object) ||
+	    json_get_int(o, "timeout_ms", 1, 24 * 3600 * 1000, 1, &timeout) ==
+	    -1)
+		return -1;
+	call_start(m->m_hdr.mh_id, o, NULL, method, params, timeout);
 	return 0;
 }
 
