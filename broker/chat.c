@@ -1210,6 +1210,11 @@ call_start(struct turn *t, size_t i)
 
 	c->c_start_ms = monotonic_ms();
 	args = json_parse_object(c->c_args, strlen(c->c_args));
+	/* NaN, 1e999, 2^64: not JSON, or not what the model wrote. */
+	if (args != NULL && !json_numbers_ok(args, 0)) {
+		json_object_put(args);
+		args = NULL;
+	}
 	o = json_object_new_object();
 	json_object_object_add(o, "id", json_object_new_string(c->c_id));
 	json_object_object_add(o, "tool", json_object_new_string(c->c_map ?
@@ -1556,7 +1561,7 @@ body_str(uint64_t id, struct json_object *body, const char *key, size_t max,
 	if (json_get_str(body, key, max, optional, out) == 0)
 		return 0;
 	api_error(id, 422, "invalid_field", "\"%s\": expected a string of at "
-	    "most %zu characters%s", key, max, optional ? "" :
+	    "most %zu characters, without NUL%s", key, max, optional ? "" :
 	    " (required)");
 	return -1;
 }

@@ -351,6 +351,8 @@ print_auth(FILE *fp, const struct auth_conf *au)
 	fputs("}\n", fp);
 }
 
+static void	print_strv(FILE *, const char *, char *const *, size_t);
+
 static void
 print_provider(FILE *fp, const struct provider_conf *pv)
 {
@@ -366,6 +368,7 @@ print_provider(FILE *fp, const struct provider_conf *pv)
 	print_kv(fp, "\t", "deployment", pv->pv_deployment);
 	print_kv(fp, "\t", "api-version", pv->pv_api_version);
 	print_kv(fp, "\t", "system-prompt", pv->pv_system_prompt);
+	print_strv(fp, "allow-address", pv->pv_allow_addr, pv->pv_nallow_addr);
 	if (pv->pv_has_price)
 		fprintf(fp, "\tprice input %s output %s\n",
 		    fmt_decimal(pv->pv_price_input, b1, sizeof(b1)),
@@ -411,6 +414,8 @@ print_server(FILE *fp, const struct server_conf *srv)
 			fputc('\n', fp);
 		}
 		print_kv(fp, "\t", "ca-file", srv->srv_ca_file);
+		print_strv(fp, "allow-address", srv->srv_allow_addr,
+		    srv->srv_nallow_addr);
 	} else {
 		print_strv(fp, "command", srv->srv_argv, srv->srv_argc);
 		print_strv(fp, "env", srv->srv_env, srv->srv_nenv);
@@ -856,6 +861,7 @@ provider_free(struct provider_conf *pv)
 	free(pv->pv_deployment);
 	free(pv->pv_api_version);
 	free(pv->pv_system_prompt);
+	strv_free(pv->pv_allow_addr, pv->pv_nallow_addr);
 	free(pv->pv_file);
 	free(pv);
 }
@@ -878,6 +884,7 @@ server_free(struct server_conf *srv)
 	}
 	free(srv->srv_ca_file);
 	strv_free(srv->srv_env, srv->srv_nenv);
+	strv_free(srv->srv_allow_addr, srv->srv_nallow_addr);
 	while ((fs = TAILQ_FIRST(&srv->srv_fs)) != NULL) {
 		TAILQ_REMOVE(&srv->srv_fs, fs, fs_entry);
 		free(fs->fs_path);

@@ -94,6 +94,8 @@ struct provider_conf {
 	int			 pv_has_price;
 	double			 pv_price_input;	/* USD per million tokens */
 	double			 pv_price_output;
+	char		       **pv_allow_addr;	/* allow-address literals */
+	size_t			 pv_nallow_addr;
 	int			 pv_line;
 	char			*pv_file;
 };
@@ -149,6 +151,8 @@ struct server_conf {
 	uint64_t		 srv_connect_timeout_ms; /* default 10 s */
 	uint64_t		 srv_idle_timeout_ms;	/* default 10 min */
 	unsigned int		 srv_max_instances;	/* default 32 */
+	char		       **srv_allow_addr;	/* allow-address literals */
+	size_t			 srv_nallow_addr;
 	int			 srv_line;
 	char			*srv_file;
 };

@@ -34,6 +34,7 @@
 #define READY_TIMEOUT_MS	5000
 #define API_TIMEOUT_MS		(15 * 60 * 1000)	/* controller silent */
 #define STREAM_OUTPUT_MAX	(8 * 1024 * 1024)	/* slow client cap */
+#define BODY_CEILING_MAX	((ev_ssize_t)1 << 40)	/* evhttp's, at most */
 
 /* A request waiting for the controller's answer. */
 struct pending {
@@ -50,6 +51,27 @@ struct pending {
 	int			 pd_mcp;	/* /mcp/TOOLSET */
 };
 TAILQ_HEAD(pending_list, pending);
+
+/*
+ * A client connection, from accept until evhttp frees it.  evhttp's own
+ * timeout (header-timeout) is an idle timeout, which a client trickling a
+ * byte now and then never meets; the deadline here bounds the whole
+ * request instead: line, headers and body must be in within header-timeout
+ * of the connection's start or of the end of the previous answer.
+ *
+ * evhttp tells nobody about a new connection, only about a request once
+ * it is complete.  So the bufferevent we make for it (tls_bevcb/plain_bevcb)
+ * carries a reference of ours until the next turn of the loop, when evhttp
+ * has set itself as the bufferevent's callback argument: that is the
+ * evhttp_connection, whose close callback then ends our record.
+ */
+struct fe_conn {
+	TAILQ_ENTRY(fe_conn)	  fc_entry;
+	struct bufferevent	 *fc_bev;
+	struct evhttp_connection *fc_evcon;	/* NULL until attached */
+	struct event		 *fc_ev;	/* attach, then the deadline */
+};
+TAILQ_HEAD(fe_conn_list, fe_conn);
 
 /*
  * One evhttp per TLS listener (each may have its own certificate) and one
@@ -71,6 +93,7 @@ static struct {
 	struct pending_list	 pending;
 	size_t			 npending;
 	uint64_t		 next_id;
+	struct fe_conn_list	 conns;
 } fe;
 
 static int	frontend_recv_peer(struct peer *, struct msg *,
@@ -220,6 +243,103 @@ pending_conn_closed(struct evhttp_connection *evcon, void *arg)
 	}
 }
 
+/* ---- connections ---- */
+
+static struct fe_conn *
+conn_find(struct evhttp_connection *evcon)
+{
+	struct fe_conn *fc;
+
+	TAILQ_FOREACH(fc, &fe.conns, fc_entry)
+		if (fc->fc_evcon == evcon)
+			return fc;
+	return NULL;
+}
+
+static void
+conn_free(struct fe_conn *fc)
+{
+	TAILQ_REMOVE(&fe.conns, fc, fc_entry);
+	event_free(fc->fc_ev);
+	free(fc);
+}
+
+/* The next request must be in, body and all, within header-timeout. */
+static void
+conn_arm(struct fe_conn *fc)
+{
+	uint64_t	ms = fe.conf->c_limits.lm_header_timeout_ms;
+	struct timeval	tv = { ms / 1000, (ms % 1000) * 1000 };
+
+	evtimer_add(fc->fc_ev, &tv);
+}
+
+static void
+conn_closed(struct evhttp_connection *evcon, void *arg)
+{
+	pending_conn_closed(evcon, NULL);
+	conn_free(arg);
+}
+
+/*
+ * First call: attach to evhttp's connection (see struct fe_conn).  Later
+ * ones: the deadline passed.  Shutting the socket down makes evhttp see
+ * the end of it and free the connection its own way.
+ */
+static void
+conn_event(evutil_socket_t fd, short ev, void *arg)
+{
+	struct fe_conn		*fc = arg;
+	bufferevent_data_cb	 readcb;
+	void			*cbarg;
+
+	(void)ev;
+	if (fc->fc_evcon != NULL) {
+		log_debug("closing a connection whose request did not arrive "
+		    "within header-timeout");
+		if ((fd = bufferevent_getfd(fc->fc_bev)) != -1)
+			(void)shutdown(fd, SHUT_RDWR);
+		return;
+	}
+	bufferevent_getcb(fc->fc_bev, &readcb, NULL, NULL, &cbarg);
+	bufferevent_decref(fc->fc_bev);
+	if (readcb == NULL) {	/* evhttp let go of it already */
+		conn_free(fc);
+		return;
+	}
+	fc->fc_evcon = cbarg;
+	evhttp_connection_set_closecb(fc->fc_evcon, conn_closed, fc);
+	conn_arm(fc);
+}
+
+/* A connection's bufferevent is being made: watch it (fatal if we cannot). */
+static struct bufferevent *
+conn_new(struct bufferevent *bev)
+{
+	struct fe_conn *fc;
+
+	if (bev == NULL || (fc = calloc(1, sizeof(*fc))) == NULL ||
+	    (fc->fc_ev = event_new(child_base(), -1, 0, conn_event, fc)) ==
+	    NULL)
+		fatalx("cannot accept a connection: out of memory");
+	fc->fc_bev = bev;
+	bufferevent_incref(bev);
+	TAILQ_INSERT_TAIL(&fe.conns, fc, fc_entry);
+	event_active(fc->fc_ev, EV_TIMEOUT, 0);
+	return bev;
+}
+
+/* The answer is out: the connection may carry the next request. */
+static void
+request_done(struct evhttp_request *req, void *arg)
+{
+	struct fe_conn *fc;
+
+	(void)arg;
+	if ((fc = conn_find(evhttp_request_get_connection(req))) != NULL)
+		conn_arm(fc);
+}
+
 /*
  * Ask the controller; the answer arrives in a frontend_recv_* handler.
  * NULL when the request has been answered already (with an error).
@@ -228,7 +348,8 @@ static struct pending *
 ask_controller(struct evhttp_request *req, uint16_t type,
     struct json_object *payload, uint64_t timeout_ms)
 {
-	struct pending	*pd;
+	struct evhttp_connection	*evcon;
+	struct pending			*pd;
 
 	if (!peer_connected(&fe.controller) ||
 	    fe.npending >= FRONTEND_MAX_PENDING) {
@@ -259,8 +380,10 @@ ask_controller(struct evhttp_request *req, uint16_t type,
 	TAILQ_INSERT_TAIL(&fe.pending, pd, pd_entry);
 	fe.npending++;
 	pending_touch(pd);
-	evhttp_connection_set_closecb(evhttp_request_get_connection(req),
-	    pending_conn_closed, NULL);
+	/* conn_closed cancels it; without a record, nothing else would. */
+	evcon = evhttp_request_get_connection(req);
+	if (conn_find(evcon) == NULL)
+		evhttp_connection_set_closecb(evcon, pending_conn_closed, NULL);
 	return pd;
 }
 
@@ -396,6 +519,38 @@ add_str(struct json_object *o, const char *key, const char *v)
 }
 
 /*
+ * The body, one JSON object, in *body; 0 when the client has been told
+ * what is wrong with it.  Strings are taken as JSON has them: an escaped
+ * NUL stays in the string, and every reader checks for it (json_get_str).
+ */
+static int
+json_body(struct evhttp_request *req, struct evbuffer *in, size_t len,
+    struct json_object **body)
+{
+	const char	*buf = (const char *)evbuffer_pullup(in, len);
+	char		 why[96], msg[160];
+	size_t		 good;
+
+	/* json-c lets overlong forms, surrogates and more through. */
+	if ((good = utf8_valid_len(buf, len)) < len) {
+		*body = NULL;
+		snprintf(why, sizeof(why), "invalid UTF-8 at byte %zu", good);
+	} else if ((*body = json_parse_object_why(buf, len, why,
+	    sizeof(why))) != NULL && json_numbers_ok(*body, 0))
+		return 1;
+	if (*body != NULL) {
+		json_object_put(*body);
+		*body = NULL;
+		snprintf(why, sizeof(why), "a number that is not finite, not "
+		    "written as JSON, or beyond 64 bits");
+	}
+	snprintf(msg, sizeof(msg), "the request body must be one JSON object "
+	    "(%s)", why);
+	reply_error(req, 400, "Bad Request", "invalid_json", msg);
+	return 0;
+}
+
+/*
  * The API is the controller's: the frontend checks the body is one JSON
  * object and relays it with the caller's credential (a bearer token, or
  * the session cookie's value) and what the controller needs to judge a
@@ -425,12 +580,8 @@ route_api(struct evhttp_request *req, int tls)
 		    "Authorization header is too long (the limit is 8 KiB)");
 		return;
 	}
-	if (len > 0 && (body = json_parse_object((const char *)evbuffer_pullup(
-	    in, len), len)) == NULL) {
-		reply_error(req, 400, "Bad Request", "invalid_json",
-		    "the request body must be one JSON object");
+	if (len > 0 && !json_body(req, in, len, &body))
 		return;
-	}
 	payload = json_object_new_object();
 	json_object_object_add(payload, "method", json_object_new_string(
 	    method_str(evhttp_request_get_command(req))));
@@ -742,19 +893,166 @@ route_matches(const struct route *rt, const char *path)
 	return strcmp(path, rt->rt_path) == 0;
 }
 
+static int
+is_token(const char *s)
+{
+	return *s != '\0' && strspn(s, "abcdefghijklmnopqrstuvwxyz"
+	    "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789!#$%&'*+-.^_`|~") ==
+	    strlen(s);
+}
+
+/*
+ * How the body was framed, checked before anything else, for what
+ * libevent lets through.  Upstream 2.1.12 reads a chunked body when
+ * Transfer-Encoding is exactly "chunked" and then ignores Content-Length;
+ * any other coding it ignores, reading the body by Content-Length or not
+ * at all, so that the rest passes for the next request; of repeated
+ * Content-Length headers it takes the first, and "+5" is a length to it;
+ * a header name is whatever came before the colon, so "Content-Length : 5"
+ * is no Content-Length.  (Debian's build refuses some of these itself.)
+ * A proxy in front may read such a request otherwise: each is refused and
+ * the connection closed (RFC 9112, 6.1 and 6.3).  A good chunked body is
+ * refused too: libevent merges trailer fields into the headers, where a
+ * trailer could pose as a header that a proxy vetted.  Returns what is
+ * wrong, or NULL; *status is 400 or 411.
+ */
+static const char *
+framing_problem(struct evhttp_request *req, int *status)
+{
+	struct evkeyval	*kv;
+	const char	*te = NULL, *cl = NULL;
+	int		 nte = 0, ncl = 0;
+
+	*status = 400;
+	TAILQ_FOREACH(kv, evhttp_request_get_input_headers(req), next) {
+		if (!is_token(kv->key))
+			return "a header field name with a character that is "
+			    "not allowed there (RFC 9110, 5.1)";
+		if (strcasecmp(kv->key, "Transfer-Encoding") == 0) {
+			te = kv->value;
+			nte++;
+		} else if (strcasecmp(kv->key, "Content-Length") == 0) {
+			cl = kv->value;
+			ncl++;
+		}
+	}
+	if (te != NULL && cl != NULL)
+		return "a request may not have both Content-Length and "
+		    "Transfer-Encoding";
+	if (nte > 1 || (te != NULL && strcasecmp(te, "chunked") != 0))
+		return "unsupported Transfer-Encoding; send the body with "
+		    "Content-Length";
+	if (te != NULL) {
+		*status = 411;
+		return "chunked request bodies are not accepted; send the "
+		    "body with Content-Length";
+	}
+	if (ncl > 1 || (cl != NULL && (cl[0] == '\0' ||
+	    strspn(cl, "0123456789") != strlen(cl))))
+		return "a repeated or malformed Content-Length";
+	return NULL;
+}
+
+static int
+framing_ok(struct evhttp_request *req)
+{
+	const char	*msg;
+	int		 status;
+
+	if ((msg = framing_problem(req, &status)) == NULL)
+		return 1;
+	evhttp_add_header(evhttp_request_get_output_headers(req), "Connection",
+	    "close");
+	reply_error(req, status, status == 411 ? "Length Required" :
+	    "Bad Request", status == 411 ? "length_required" : "bad_framing",
+	    msg);
+	return 0;
+}
+
+static int
+body_ok(struct evhttp_request *req)
+{
+	char msg[128];
+
+	if (evbuffer_get_length(evhttp_request_get_input_buffer(req)) <=
+	    fe.conf->c_limits.lm_max_body)
+		return 1;
+	snprintf(msg, sizeof(msg), "the request body is larger than the "
+	    "limit of %llu bytes (max-body)",
+	    (unsigned long long)fe.conf->c_limits.lm_max_body);
+	reply_error(req, 413, "Payload Too Large", "payload_too_large", msg);
+	return 0;
+}
+
+/* A "." or ".." segment, its dots raw or percent-encoded. */
+static int
+dot_segment(const char *seg, size_t len)
+{
+	size_t	i = 0, dots = 0;
+
+	while (i < len && dots < 3) {
+		if (seg[i] == '.')
+			i++;
+		else if (len - i >= 3 && strncasecmp(seg + i, "%2e", 3) == 0)
+			i += 3;
+		else
+			return 0;
+		dots++;
+	}
+	return dots > 0 && dots < 3 && i == len;
+}
+
+/*
+ * Nothing we serve has a dot segment, an empty one, or an encoded slash,
+ * backslash or NUL; a proxy in front, or a file system once files are
+ * served, may make of such a path something else than we do.
+ */
+static int
+path_ok(const char *raw, const char *path)
+{
+	const char	*seg, *end;
+
+	if (raw[0] != '/' || raw[1] == '/' || path[0] != '/' ||
+	    strchr(path, '\\') != NULL || strcasestr(path, "%2f") != NULL ||
+	    strcasestr(path, "%5c") != NULL || strcasestr(path, "%00") != NULL)
+		return 0;
+	for (seg = path + 1;; seg = end + 1) {
+		end = seg + strcspn(seg, "/");
+		if ((end == seg && *end == '/') || dot_segment(seg, end - seg))
+			return 0;
+		if (*end == '\0')
+			return 1;
+	}
+}
+
 /* arg is non-NULL on a TLS listener's server. */
 static void
 frontend_request(struct evhttp_request *req, void *arg)
 {
 	const struct route	*rt;
-	const char		*path;
+	const char		*path, *raw = evhttp_request_get_uri(req);
 	struct evhttp_uri	*uri;
+	struct fe_conn		*fc;
 
-	uri = evhttp_uri_parse_with_flags(evhttp_request_get_uri(req), 0);
-	if (uri == NULL || (path = evhttp_uri_get_path(uri)) == NULL) {
-		evhttp_uri_free(uri);
+	if ((fc = conn_find(evhttp_request_get_connection(req))) != NULL)
+		evtimer_del(fc->fc_ev);		/* it is in: no deadline */
+	evhttp_request_set_on_complete_cb(req, request_done, NULL);
+	if (!framing_ok(req) || !body_ok(req))
+		return;
+	/* evhttp_uri_free(NULL) dereferences it. */
+	if ((uri = evhttp_uri_parse_with_flags(raw, 0)) == NULL ||
+	    (path = evhttp_uri_get_path(uri)) == NULL) {
+		if (uri != NULL)
+			evhttp_uri_free(uri);
 		reply_error(req, 400, "Bad Request", "bad_request",
 		    "the request URI could not be parsed");
+		return;
+	}
+	if (!path_ok(raw, path)) {
+		evhttp_uri_free(uri);
+		reply_error(req, 400, "Bad Request", "bad_path", "the request "
+		    "path has a dot or empty segment, or an encoded slash, "
+		    "backslash or NUL");
 		return;
 	}
 	for (rt = routes; rt->rt_path != NULL; rt++)
@@ -1085,19 +1383,29 @@ tls_context(const char *cert, const char *key)
 	return ctx;
 }
 
+/*
+ * NULL would make evhttp build a plain bufferevent of its own, and serve
+ * plain HTTP on a TLS listener: conn_new ends the process instead.
+ */
 static struct bufferevent *
 tls_bevcb(struct event_base *base, void *arg)
 {
-	struct bufferevent	*bev;
+	struct bufferevent	*bev = NULL;
 	SSL			*ssl;
 
-	if ((ssl = SSL_new(arg)) == NULL)
-		return NULL;
-	bev = bufferevent_openssl_socket_new(base, -1, ssl,
-	    BUFFEREVENT_SSL_ACCEPTING, BEV_OPT_CLOSE_ON_FREE);
-	if (bev == NULL)
+	if ((ssl = SSL_new(arg)) != NULL && (bev =
+	    bufferevent_openssl_socket_new(base, -1, ssl,
+	    BUFFEREVENT_SSL_ACCEPTING, BEV_OPT_CLOSE_ON_FREE)) == NULL)
 		SSL_free(ssl);
-	return bev;
+	return conn_new(bev);
+}
+
+/* What evhttp makes itself: it closes the socket. */
+static struct bufferevent *
+plain_bevcb(struct event_base *base, void *arg)
+{
+	(void)arg;
+	return conn_new(bufferevent_socket_new(base, -1, 0));
 }
 
 static int
@@ -1135,7 +1443,13 @@ apply_limits(struct evhttp *http, const struct limits_conf *lm)
 
 	tv.tv_sec = lm->lm_header_timeout_ms / 1000;
 	tv.tv_usec = (lm->lm_header_timeout_ms % 1000) * 1000;
-	evhttp_set_max_body_size(http, lm->lm_max_body);
+	/*
+	 * evhttp refuses a longer body itself, before any handler runs, with
+	 * an HTML page.  Above max-body it is ours to refuse, with JSON
+	 * (body_ok); libevent's page is left for bodies over twice that.
+	 */
+	evhttp_set_max_body_size(http, lm->lm_max_body > BODY_CEILING_MAX / 2 ?
+	    BODY_CEILING_MAX : (ev_ssize_t)(lm->lm_max_body * 2));
 	evhttp_set_max_headers_size(http, FRONTEND_MAX_HEADERS);
 	evhttp_set_timeout_tv(http, &tv);
 }
@@ -1152,6 +1466,8 @@ http_new(int tls)
 	    EVHTTP_REQ_POST | EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
 	    EVHTTP_REQ_PATCH | EVHTTP_REQ_OPTIONS);
 	evhttp_set_gencb(http, frontend_request, tls ? &tls_mark : NULL);
+	if (!tls)
+		evhttp_set_bevcb(http, plain_bevcb, NULL);
 	return http;
 }
 
@@ -1201,6 +1517,7 @@ frontend_main(void)
 	};
 
 	TAILQ_INIT(&fe.pending);
+	TAILQ_INIT(&fe.conns);
 	return child_main(PROC_FRONTEND, "frontend", frontend_dispatch_parent,
 	    &hooks);
 }

@@ -8,7 +8,11 @@
  *
  * Names are resolved with evdns, so a slow DNS server never stalls the
  * parent; an IP literal never reaches DNS.  Then each address is tried in
- * turn, all within the server's connect-timeout.
+ * turn, all within the server's connect-timeout.  An address the broker
+ * does not connect to by default (link-local, cloud metadata, ...; see
+ * common/addrcheck.h) is skipped unless the block's allow-address names
+ * it: the check is on what the name resolved to, now, so that a name
+ * pointing at 169.254.169.254 meets it as the literal does in the config.
  *
  * Lifetime.  A request is freed once it is answered or abandoned, except
  * while an evdns lookup is outstanding: evdns_getaddrinfo_cancel() still
@@ -36,6 +40,7 @@
 #include "broker/parent.h"
 
 #define PROVIDER_CONNECT_TIMEOUT_MS	10000
+#include "common/addrcheck.h"
 #include "common/http_client.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -61,6 +66,7 @@ struct connect_req {
 	struct event		*cr_wev;	/* cr_fd writable: connected */
 	struct event		*cr_timer;	/* for the whole request */
 	char			 cr_err[CONNECT_WHY_MAX];	/* last failure */
+	struct addr_allow	 cr_allow;	/* the block's allow-address */
 };
 TAILQ_HEAD(connect_list, connect_req);
 
@@ -203,12 +209,33 @@ cr_start(struct connect_req *cr, const struct evutil_addrinfo *ai)
 	return 0;
 }
 
+/* An address we do not connect to: -1, and why in cr_err. */
+static int
+cr_refused(struct connect_req *cr, const struct evutil_addrinfo *ai)
+{
+	char		 addr[INET6_ADDRSTRLEN];
+	const char	*why;
+	const void	*a;
+
+	if ((why = addr_refused(ai->ai_addr, &cr->cr_allow)) == NULL)
+		return 0;
+	a = ai->ai_family == AF_INET6 ?
+	    (const void *)&((struct sockaddr_in6 *)ai->ai_addr)->sin6_addr :
+	    (const void *)&((struct sockaddr_in *)ai->ai_addr)->sin_addr;
+	if (inet_ntop(ai->ai_family, a, addr, sizeof(addr)) == NULL)
+		snprintf(addr, sizeof(addr), "the address");
+	snprintf(cr->cr_err, sizeof(cr->cr_err), "%s is %s; not connecting "
+	    "without allow-address \"%s\"", addr, why, addr);
+	return -1;
+}
+
 /* Try cr_ai, then each later address; 0 once one is under way. */
 static int
 cr_try(struct connect_req *cr)
 {
 	for (; cr->cr_ai != NULL; cr->cr_ai = cr->cr_ai->ai_next)
-		if (cr_start(cr, cr->cr_ai) == 0)
+		if (cr_refused(cr, cr->cr_ai) == 0 &&
+		    cr_start(cr, cr->cr_ai) == 0)
 			return 0;
 	return -1;
 }
@@ -310,20 +337,33 @@ cr_resolve(struct connect_req *cr)
 		cr->cr_dns = r;
 }
 
+/*
+ * Where the request may go: the url, its connect timeout and what its
+ * block allows (the configuration may be reloaded before the answer).
+ */
+struct connect_to {
+	const char	 *ct_url;
+	uint64_t	  ct_timeout_ms;
+	char *const	 *ct_allow;
+	size_t		  ct_nallow;
+};
+
 static struct connect_req *
-cr_new(struct child_proc *worker, uint64_t id, const char *url,
-    uint64_t timeout_ms)
+cr_new(struct child_proc *worker, uint64_t id, const struct connect_to *ct)
 {
 	struct connect_req	*cr;
 	struct timeval		 tv;
-	const char		*why;
+	const char		*why, *url = ct->ct_url;
+	size_t			 i;
 
 	if ((cr = calloc(1, sizeof(*cr))) == NULL)
 		fatal("calloc");
 	cr->cr_worker = worker;
 	cr->cr_id = id;
 	cr->cr_fd = -1;
-	cr->cr_timeout_ms = timeout_ms;
+	cr->cr_timeout_ms = ct->ct_timeout_ms;
+	for (i = 0; i < ct->ct_nallow; i++)
+		(void)addr_allow_add(&cr->cr_allow, ct->ct_allow[i]);
 	/* Checked by http_url_matches() already. */
 	if ((why = http_url_endpoint(url, cr->cr_host, &cr->cr_port)) != NULL)
 		fatalx("%s: %s", url, why);
@@ -355,11 +395,11 @@ defang(const char *s, char *buf, size_t len)
 
 /*
  * Where a child may connect: a worker to its server's url, the controller
- * to its providers' base URLs.  NULL for anywhere else.
+ * to its providers' base URLs.  -1 for anywhere else.
  */
-static const char *
+static int
 allowed_url(const struct child_proc *cp, const char *host, uint16_t port,
-    uint64_t *timeout_ms)
+    struct connect_to *ct)
 {
 	const struct server_conf	*srv;
 	const struct provider_conf	*pv;
@@ -369,27 +409,33 @@ allowed_url(const struct child_proc *cp, const char *host, uint16_t port,
 		srv = config_find_server(parent_conf(), cp->cp_name);
 		if (srv == NULL || srv->srv_url == NULL ||
 		    !http_url_matches(srv->srv_url, host, port))
-			return NULL;
-		*timeout_ms = srv->srv_connect_timeout_ms;
-		return srv->srv_url;
+			return -1;
+		ct->ct_url = srv->srv_url;
+		ct->ct_timeout_ms = srv->srv_connect_timeout_ms;
+		ct->ct_allow = srv->srv_allow_addr;
+		ct->ct_nallow = srv->srv_nallow_addr;
+		return 0;
 	}
 	if (cp->cp_kind != PROC_CONTROLLER)
-		return NULL;
+		return -1;
 	TAILQ_FOREACH(pv, &parent_conf()->c_providers, pv_entry)
 		if ((url = provider_base_url(pv)) != NULL &&
 		    http_url_matches(url, host, port)) {
-			*timeout_ms = PROVIDER_CONNECT_TIMEOUT_MS;
-			return url;
+			ct->ct_url = url;
+			ct->ct_timeout_ms = PROVIDER_CONNECT_TIMEOUT_MS;
+			ct->ct_allow = pv->pv_allow_addr;
+			ct->ct_nallow = pv->pv_nallow_addr;
+			return 0;
 		}
-	return NULL;
+	return -1;
 }
 
 int
 parent_recv_connect(struct peer *p, struct msg *m, struct json_object *o)
 {
 	struct child_proc	*worker = p->p_arg;
-	const char		*host, *url;
-	uint64_t		 timeout_ms = 0;
+	struct connect_to	 ct;
+	const char		*host;
 	char			 buf[HTTP_HOST_MAX + 3];
 	int64_t			 port;
 	unsigned int		 n;
@@ -398,8 +444,7 @@ parent_recv_connect(struct peer *p, struct msg *m, struct json_object *o)
 	if (json_get_str(o, "host", HTTP_HOST_MAX + 2, 0, &host) == -1 ||
 	    json_get_int(o, "port", 1, UINT16_MAX, 0, &port) == -1)
 		return -1;
-	if ((url = allowed_url(worker, host, (uint16_t)port, &timeout_ms)) ==
-	    NULL) {
+	if (allowed_url(worker, host, (uint16_t)port, &ct) == -1) {
 		log_warnx("%s asked to connect to \"%s\" port %" PRId64
 		    ", which is not a url of its configuration",
 		    worker->cp_peer.p_name, defang(host, buf, sizeof(buf)),
@@ -415,7 +460,7 @@ parent_recv_connect(struct peer *p, struct msg *m, struct json_object *o)
 		    "too many connections in progress");
 		return 0;
 	}
-	cr_resolve(cr_new(worker, m->m_hdr.mh_id, url, timeout_ms));
+	cr_resolve(cr_new(worker, m->m_hdr.mh_id, &ct));
 	return 0;
 }
 

@@ -24,6 +24,8 @@
 
 #include "broker/config.h"
 #include "broker/websec.h"
+#include "common/addrcheck.h"
+#include "common/http_client.h"
 #include "common/log.h"
 
 #define MAX_TOKEN	4096		/* bytes in one word or string */
@@ -873,6 +875,61 @@ check_url(struct parser *p, int line, const char *kw, const char *s)
 	return -1;
 }
 
+/* allow-address "ADDR"...: IP literals to connect to though refused */
+static int
+get_allow_addr(struct parser *p, char ***v, size_t *n)
+{
+	struct addr_allow	 aa;
+	char			*s, q[QBUF];
+	int			 line;
+
+	if (get_value(p, "allow-address", &s, &line) == -1)
+		return -1;
+	for (;;) {
+		aa.aa_n = 0;
+		if (addr_allow_add(&aa, s) == -1) {
+			perr(p, line, "allow-address %s: not an IP address",
+			    quote(s, q, sizeof(q)));
+			free(s);
+		} else if (*n == ADDR_ALLOW_MAX) {
+			perr(p, line, "allow-address: at most %d addresses",
+			    ADDR_ALLOW_MAX);
+			free(s);
+		} else
+			strv_push(v, n, s);
+		if (peek(p)->tk_type != T_STRING || peek(p)->tk_bad)
+			return 0;
+		line = peek(p)->tk_line;
+		s = take(p);
+	}
+}
+
+/*
+ * A url naming an address the broker does not connect to by default
+ * (common/addrcheck.h) needs allow-address for it.  A name is checked
+ * once resolved, at every connect (broker/parent_connect.c).
+ */
+static void
+check_url_addr(struct parser *p, int line, const char *desc, const char *kw,
+    const char *url, char *const *allow, size_t nallow)
+{
+	struct addr_allow	 aa;
+	char			 host[HTTP_HOST_MAX + 1], q[QBUF];
+	const char		*why;
+	uint16_t		 port;
+	size_t			 i;
+
+	if (url == NULL || http_url_endpoint(url, host, &port) != NULL)
+		return;
+	aa.aa_n = 0;
+	for (i = 0; i < nallow; i++)
+		(void)addr_allow_add(&aa, allow[i]);
+	if ((why = addr_literal_refused(host, &aa)) != NULL)
+		perr(p, line, "%s: %s %s: %s is %s; add allow-address \"%s\" "
+		    "if it is meant", desc, kw, quote(url, q, sizeof(q)), host,
+		    why, host);
+}
+
 static int
 check_abs_path(struct parser *p, int line, const char *kw, const char *s)
 {
@@ -1280,6 +1337,14 @@ pv_price(struct parser *p, struct blk *b)
 	return 0;
 }
 
+static int
+pv_allow_addr(struct parser *p, struct blk *b)
+{
+	struct provider_conf *pv = b->b_obj;
+
+	return get_allow_addr(p, &pv->pv_allow_addr, &pv->pv_nallow_addr);
+}
+
 static const struct kw provider_kw[] = {
 	{ "type", pv_type, 0 },
 	{ "base-url", pv_base_url, 0 },
@@ -1291,6 +1356,7 @@ static const struct kw provider_kw[] = {
 	{ "api-version", pv_api_version, 0 },
 	{ "system-prompt", pv_system_prompt, 0 },
 	{ "price", pv_price, 0 },
+	{ "allow-address", pv_allow_addr, 1 },
 	{ NULL, NULL, 0 },
 };
 _Static_assert(sizeof(provider_kw) / sizeof(provider_kw[0]) <= BLK_MAXKW,
@@ -1615,6 +1681,13 @@ srv_max_instances(struct parser *p, struct blk *b)
 	    &SRV(b)->srv_max_instances);
 }
 
+static int
+srv_allow_addr(struct parser *p, struct blk *b)
+{
+	return get_allow_addr(p, &SRV(b)->srv_allow_addr,
+	    &SRV(b)->srv_nallow_addr);
+}
+
 static const struct kw server_kw[] = {
 	{ "command", srv_command, 0 },
 	{ "url", srv_url, 0 },
@@ -1632,6 +1705,7 @@ static const struct kw server_kw[] = {
 	{ "connect-timeout", srv_connect_timeout, 0 },
 	{ "idle-timeout", srv_idle_timeout, 0 },
 	{ "max-instances", srv_max_instances, 0 },
+	{ "allow-address", srv_allow_addr, 1 },
 	{ NULL, NULL, 0 },
 };
 _Static_assert(sizeof(server_kw) / sizeof(server_kw[0]) <= BLK_MAXKW,
@@ -1641,7 +1715,7 @@ static void
 server_check(struct parser *p, struct server_conf *srv, struct blk *b)
 {
 	static const char *url_only[] = { "transport", "bearer-token-file",
-	    "bearer-token-env", "header", "ca-file", NULL };
+	    "bearer-token-env", "header", "ca-file", "allow-address", NULL };
 	static const char *cmd_only[] = { "network", "filesystem", "env",
 	    NULL };
 	const char	**kw;
@@ -1661,6 +1735,8 @@ server_check(struct parser *p, struct server_conf *srv, struct blk *b)
 		if ((line = seen_line(b, *kw)) != 0)
 			perr(p, line, "%s: %s is only valid with %s", b->b_desc,
 			    *kw, srv->srv_url == NULL ? "url" : "command");
+	check_url_addr(p, seen_line(b, "url"), b->b_desc, "url", srv->srv_url,
+	    srv->srv_allow_addr, srv->srv_nallow_addr);
 }
 
 /* Toolset block */
@@ -2292,6 +2368,8 @@ top_provider(struct parser *p, struct blk *b)
 	pb.b_obj = pv;
 	parse_block(p, &pb, b->b_line);
 	provider_check(p, pv, desc);
+	check_url_addr(p, seen_line(&pb, "base-url"), desc, "base-url",
+	    pv->pv_base_url, pv->pv_allow_addr, pv->pv_nallow_addr);
 	TAILQ_INSERT_TAIL(o != NULL ? &p->p_trash->c_providers :
 	    &p->p_conf->c_providers, pv, pv_entry);
 	return 0;

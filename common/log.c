@@ -68,23 +68,99 @@ log_line(int priority, const char *line)
 	errno = saved_errno;
 }
 
+/*
+ * Length of the UTF-8 sequence at s if it is a well-formed one for a
+ * character that is not a C1 control, else 0.  A terminal may act on a C1
+ * control (U+009B is CSI) as on ESC, and on a stray byte of 0x80 and up as
+ * one in an 8-bit character set.
+ */
+static size_t
+utf8_len(const unsigned char *s)
+{
+	unsigned int	cp;
+	size_t		n, i;
+
+	if (s[0] >= 0xc2 && s[0] <= 0xdf) {
+		n = 2;
+		cp = s[0] & 0x1f;
+	} else if (s[0] >= 0xe0 && s[0] <= 0xef) {
+		n = 3;
+		cp = s[0] & 0x0f;
+	} else if (s[0] >= 0xf0 && s[0] <= 0xf4) {
+		n = 4;
+		cp = s[0] & 0x07;
+	} else
+		return 0;
+	for (i = 1; i < n; i++) {
+		if ((s[i] & 0xc0) != 0x80)	/* also stops at the NUL */
+			return 0;
+		cp = cp << 6 | (s[i] & 0x3f);
+	}
+	if (cp <= 0x9f || (n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 ||
+	    cp > 0x10ffff)) || (cp >= 0xd800 && cp <= 0xdfff))
+		return 0;
+	return n;
+}
+
+/*
+ * Copy src to dst, escaping what could end a line or drive a terminal: a
+ * newline in a tool's argument or a user's name must not make a log line
+ * of its own.  \n, \r and \t keep their C names, other control bytes and
+ * bytes that are not UTF-8 become \xHH.  Cut at a character boundary.
+ */
+void
+log_escape(const char *src, char *dst, size_t dstlen)
+{
+	const unsigned char	*s = (const unsigned char *)src;
+	const char		*from;
+	char			 esc[5];
+	size_t			 o = 0, n, step;
+
+	if (dstlen == 0)
+		return;
+	while (*s != '\0') {
+		if ((step = utf8_len(s)) == 0 && *s >= 0x20 && *s < 0x7f)
+			step = 1;
+		if (step > 0) {
+			from = (const char *)s;
+			n = step;
+		} else {
+			if (*s == '\n' || *s == '\r' || *s == '\t')
+				snprintf(esc, sizeof(esc), "\\%c", *s == '\n' ?
+				    'n' : *s == '\r' ? 'r' : 't');
+			else
+				snprintf(esc, sizeof(esc), "\\x%02x", *s);
+			from = esc;
+			n = strlen(esc);
+			step = 1;
+		}
+		if (o + n >= dstlen)
+			break;
+		memcpy(dst + o, from, n);
+		o += n;
+		s += step;
+	}
+	dst[o] = '\0';
+}
+
 /* Format "proc: message[: strerror]" and emit it; long lines are cut. */
 static void
 vlog(int priority, int with_errno, const char *fmt, va_list ap)
 {
-	char	 line[LOG_LINE_MAX];
+	char	 msg[LOG_LINE_MAX], line[LOG_LINE_MAX];
 	int	 saved_errno = errno, n;
 	size_t	 len;
 
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	if (with_errno) {
+		len = strlen(msg);
+		snprintf(msg + len, sizeof(msg) - len, ": %s",
+		    strerror(saved_errno));
+	}
 	n = snprintf(line, sizeof(line), "%s: ", log_proc);
 	len = n < 0 ? 0 : (size_t)n < sizeof(line) ? (size_t)n :
 	    sizeof(line) - 1;
-	vsnprintf(line + len, sizeof(line) - len, fmt, ap);
-	if (with_errno) {
-		len = strlen(line);
-		snprintf(line + len, sizeof(line) - len, ": %s",
-		    strerror(saved_errno));
-	}
+	log_escape(msg, line + len, sizeof(line) - len);
 	log_line(priority, line);
 	errno = saved_errno;
 }

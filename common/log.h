@@ -8,6 +8,7 @@
 #define MCPBROKER_LOG_H
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <syslog.h>
 
 #define LOG_LINE_MAX	2048	/* longer lines are truncated */
@@ -22,6 +23,8 @@ void	log_set_sink(log_sink_fn);
 const char *log_procname(void);
 /* A line already formatted elsewhere (a child's, relayed by the parent). */
 void	log_line(int priority, const char *line);
+/* src with control characters and non-UTF-8 bytes escaped (\n, \x1b). */
+void	log_escape(const char *src, char *dst, size_t dstlen);
 
 void	log_warn(const char *, ...) __attribute__((format(printf, 1, 2)));
 void	log_warnx(const char *, ...) __attribute__((format(printf, 1, 2)));

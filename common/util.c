@@ -1,3 +1,5 @@
+#include <math.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
@@ -80,22 +82,153 @@ json_get_bool(struct json_object *o, const char *key, int optional, int *out)
 struct json_object *
 json_parse_object(const char *buf, size_t len)
 {
+	char why[1];
+
+	return json_parse_object_why(buf, len, why, sizeof(why));
+}
+
+/* The same, saying why a text is refused, for whoever sent it. */
+struct json_object *
+json_parse_object_why(const char *buf, size_t len, char *why, size_t whylen)
+{
 	struct json_tokener	*tok;
 	struct json_object	*o;
+	enum json_tokener_error	 err;
+	const char		*nul;
 
 	if (len > INT32_MAX || (tok = json_tokener_new_ex(JSON_MAX_DEPTH)) ==
-	    NULL)
+	    NULL) {
+		snprintf(why, whylen, "too large");
 		return NULL;
+	}
 	json_tokener_set_flags(tok, JSON_TOKENER_STRICT |
 	    JSON_TOKENER_VALIDATE_UTF8);
 	o = json_tokener_parse_ex(tok, buf, (int)len);
+	err = json_tokener_get_error(tok);
 	/* Whole payload, nothing after it, and an object. */
-	if (o != NULL && (json_tokener_get_error(tok) != json_tokener_success ||
-	    json_tokener_get_parse_end(tok) != len ||
-	    !json_object_is_type(o, json_type_object))) {
-		json_object_put(o);
-		o = NULL;
+	if ((o == NULL || err != json_tokener_success) && (nul = memchr(buf,
+	    '\0', len)) != NULL && (size_t)(nul - buf) <=
+	    json_tokener_get_parse_end(tok))
+		snprintf(why, whylen, "a NUL byte at byte %zu", (size_t)(nul -
+		    buf));
+	else if (o == NULL || err != json_tokener_success)
+		snprintf(why, whylen, "%s at byte %zu", err ==
+		    json_tokener_continue ? "unexpected end of data" :
+		    json_tokener_error_desc(err),
+		    json_tokener_get_parse_end(tok));
+	else if (json_tokener_get_parse_end(tok) != len)
+		snprintf(why, whylen, "data after the object at byte %zu",
+		    json_tokener_get_parse_end(tok));
+	else if (!json_object_is_type(o, json_type_object))
+		snprintf(why, whylen, "not an object");
+	else {
+		json_tokener_free(tok);
+		return o;
 	}
+	json_object_put(o);
 	json_tokener_free(tok);
-	return o;
+	return NULL;
+}
+
+/*
+ * How many bytes from the start are well-formed UTF-8: no overlong form,
+ * no surrogate, nothing above U+10FFFF (RFC 3629).  len if all are.
+ */
+size_t
+utf8_valid_len(const char *buf, size_t len)
+{
+	const unsigned char	*s = (const unsigned char *)buf;
+	unsigned int		 cp;
+	size_t			 i = 0, n, k;
+
+	while (i < len) {
+		if (s[i] < 0x80) {
+			i++;
+			continue;
+		}
+		if (s[i] >= 0xc2 && s[i] <= 0xdf)
+			n = 2;
+		else if (s[i] >= 0xe0 && s[i] <= 0xef)
+			n = 3;
+		else if (s[i] >= 0xf0 && s[i] <= 0xf4)
+			n = 4;
+		else
+			return i;
+		if (len - i < n)
+			return i;
+		cp = s[i] & (0x7f >> n);
+		for (k = 1; k < n; k++) {
+			if ((s[i + k] & 0xc0) != 0x80)
+				return i;
+			cp = cp << 6 | (s[i + k] & 0x3f);
+		}
+		if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 ||
+		    cp > 0x10ffff)) || (cp >= 0xd800 && cp <= 0xdfff))
+			return i;
+		i += n;
+	}
+	return len;
+}
+
+/* -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? and nothing else. */
+static int
+json_number_text(const char *s)
+{
+	size_t n;
+
+	s += *s == '-';
+	if ((n = strspn(s, "0123456789")) == 0 || (s[0] == '0' && n > 1))
+		return 0;
+	s += n;
+	if (*s == '.') {
+		if ((n = strspn(++s, "0123456789")) == 0)
+			return 0;
+		s += n;
+	}
+	if (*s == 'e' || *s == 'E') {
+		s += s[1] == '+' || s[1] == '-' ? 2 : 1;
+		if ((n = strspn(s, "0123456789")) == 0)
+			return 0;
+		s += n;
+	}
+	return *s == '\0';
+}
+
+/*
+ * json-c takes NaN, Infinity and "1." even in strict mode, keeps their text
+ * and writes it out again, and clamps integers beyond 64 bits to the
+ * nearest end without a word.  Refuse all of them, so that what is
+ * passed on is JSON and says what the sender wrote.
+ */
+int
+json_numbers_ok(struct json_object *o, int depth)
+{
+	size_t i, n;
+
+	if (depth > JSON_MAX_DEPTH)
+		return 0;
+	switch (json_object_get_type(o)) {
+	case json_type_double:
+		return isfinite(json_object_get_double(o)) &&
+		    json_number_text(json_object_get_string(o));
+	case json_type_int:
+		return json_object_get_int64(o) != INT64_MIN &&
+		    json_object_get_uint64(o) != UINT64_MAX;
+	case json_type_object:
+		json_object_object_foreach(o, key, v) {
+			(void)key;
+			if (!json_numbers_ok(v, depth + 1))
+				return 0;
+		}
+		return 1;
+	case json_type_array:
+		n = json_object_array_length(o);
+		for (i = 0; i < n; i++)
+			if (!json_numbers_ok(json_object_array_get_idx(o, i),
+			    depth + 1))
+				return 0;
+		return 1;
+	default:
+		return 1;
+	}
 }

@@ -37,6 +37,13 @@ int	 json_get_bool(struct json_object *, const char *key, int optional,
 	    int *out);
 /* Parse a payload that must be exactly one JSON object (depth capped). */
 struct json_object *json_parse_object(const char *buf, size_t len);
+/* The same; on refusal, why (for the sender: "invalid utf-8 at byte 12"). */
+struct json_object *json_parse_object_why(const char *buf, size_t len,
+	    char *why, size_t whylen);
+/* The length of buf's well-formed UTF-8 prefix (len: all of it). */
+size_t	 utf8_valid_len(const char *buf, size_t len);
+/* 1 if every number is finite, written as JSON, and within 64 bits. */
+int	 json_numbers_ok(struct json_object *, int depth);
 
 #define JSON_MAX_DEPTH	64
 

@@ -187,6 +187,18 @@ on_sse_event(const struct sse_event *ev, void *arg)
 	deliver(hr, ev->ev_data, ev->ev_data_len);
 }
 
+/* An Mcp-Session-Id goes back in our headers: visible ASCII only. */
+static int
+session_id_ok(const char *s)
+{
+	size_t n;
+
+	for (n = 0; s[n] != '\0'; n++)
+		if ((unsigned char)s[n] < 0x21 || (unsigned char)s[n] > 0x7e)
+			return 0;
+	return n > 0 && n < 256;
+}
+
 static void
 on_response(struct http_request *req, int status,
     const struct http_headers *h, void *arg)
@@ -207,9 +219,11 @@ on_response(struct http_request *req, int status,
 		fatal("sse_parser_new");
 	/* A session is assigned by the answer to initialize (2025). */
 	if ((sid = http_headers_get(h, "mcp-session-id")) != NULL &&
-	    t->t_session_id == NULL &&
-	    strlen(sid) < 256 && strpbrk(sid, "\r\n") == NULL)
+	    t->t_session_id == NULL && session_id_ok(sid))
 		t->t_session_id = strdup(sid);
+	else if (sid != NULL && t->t_session_id == NULL)
+		log_warnx("server %s: ignoring a malformed Mcp-Session-Id",
+		    t->t_name);
 }
 
 static void
@@ -514,8 +528,8 @@ post(struct mcp_http *t, const struct mcp_out *out, char *why, size_t whylen)
 	if (t->t_era == MCP_ERA_MODERN && method != NULL) {
 		add_header(h, &n, "Mcp-Method", method);
 		if (out->mo_name != NULL) {
-			mcp_header_value(out->mo_name, strlen(out->mo_name),
-			    namebuf, sizeof(namebuf));
+			(void)mcp_header_value(out->mo_name,
+			    strlen(out->mo_name), namebuf, sizeof(namebuf));
 			add_header(h, &n, "Mcp-Name", namebuf);
 			add_param_headers(t, out, ph, h, &n);
 		}

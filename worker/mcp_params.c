@@ -119,7 +119,7 @@ mcp_param_headers_check(struct json_object *schema, char *why, size_t whylen)
 	return walk_node(&w, schema, 1, 0);
 }
 
-void
+int
 mcp_header_value(const char *v, size_t len, char *out, size_t outlen)
 {
 	size_t	i;
@@ -132,14 +132,22 @@ mcp_header_value(const char *v, size_t len, char *out, size_t outlen)
 	if (safe && len >= 11 && strncmp(v, "=?base64?", 9) == 0 &&
 	    strncmp(v + len - 2, "?=", 2) == 0)
 		safe = 0;
-	if (safe || (len + 2) / 3 * 4 + 12 > outlen) {
-		snprintf(out, outlen, "%.*s", (int)len, v);
-		return;
+	/* Cut, a value would say something else than the argument. */
+	if (safe ? len >= outlen : (len + 2) / 3 * 4 + 12 > outlen) {
+		if (outlen > 0)
+			out[0] = '\0';
+		return -1;
+	}
+	if (safe) {
+		memcpy(out, v, len);
+		out[len] = '\0';
+		return 0;
 	}
 	memcpy(out, "=?base64?", 9);
 	i = EVP_EncodeBlock((unsigned char *)out + 9, (const unsigned char *)v,
 	    len);
 	memcpy(out + 9 + i, "?=", 3);
+	return 0;
 }
 
 /* The value at an annotated property, if the arguments have one. */
@@ -170,8 +178,9 @@ add_value(struct json_object *node, struct json_object *arg,
 		return 0;
 	snprintf(h->ph_name, sizeof(h->ph_name), "Mcp-Param-%s",
 	    json_object_get_string(name));
-	mcp_header_value(v, len, h->ph_value, sizeof(h->ph_value));
-	return 1;
+	/* Too long even encoded: left out, the body still has it. */
+	return mcp_header_value(v, len, h->ph_value, sizeof(h->ph_value)) ==
+	    0;
 }
 
 static size_t

@@ -25,7 +25,10 @@ int	mcp_param_headers_check(struct json_object *schema, char *why,
 /* The headers for one call's arguments; returns how many were filled. */
 size_t	mcp_param_headers(struct json_object *schema,
 	    struct json_object *args, struct mcp_param_header *, size_t max);
-/* A header value as is when safe, else the =?base64?...?= form. */
-void	mcp_header_value(const char *v, size_t len, char *out, size_t outlen);
+/*
+ * A header value as is when safe, else the =?base64?...?= form; -1 (and
+ * out empty) when that does not fit in outlen.
+ */
+int	mcp_header_value(const char *v, size_t len, char *out, size_t outlen);
 
 #endif

@@ -62,7 +62,8 @@ def proc_status(pid):
 
 
 class Broker:
-    def __init__(self, body="", user=None, extra_args=(), tls=None):
+    def __init__(self, body="", user=None, extra_args=(), tls=None,
+                 wrap=()):
         self.dir = tempfile.mkdtemp(prefix="mcpbroker-test-")
         os.chmod(self.dir, 0o755)
         self.port = free_port()
@@ -71,6 +72,7 @@ class Broker:
         self.user = user or ("nobody" if os.geteuid() == 0 else "_unused")
         self.extra_args = list(extra_args)
         self.tls = tls      # (certificate, key) paths, or None
+        self.wrap = list(wrap)  # a command to run the daemon under
         self.write_config(body)
         self.proc = None
         self.log_lines = []
@@ -91,7 +93,8 @@ class Broker:
     # -- process --------------------------------------------------------
     def start(self, wait_ready=True):
         self.proc = subprocess.Popen(
-            [MCPBROKER, "-d", "-v", "-f", self.conf] + self.extra_args,
+            self.wrap + [MCPBROKER, "-d", "-v", "-f", self.conf] +
+            self.extra_args,
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE, text=True, errors="replace")
         self._log_thread = threading.Thread(target=self._read_log,

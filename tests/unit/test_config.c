@@ -279,6 +279,7 @@ test_full_providers(void **state)
 	assert_non_null(pv = config_find_provider(conf, "compat"));
 	assert_int_equal(pv->pv_type, PROVIDER_OPENAI_COMPATIBLE);
 	assert_int_equal(pv->pv_api_key.sr_kind, SECRET_NONE);
+	assert_int_equal(pv->pv_nallow_addr, 1);
 	assert_non_null(pv = config_find_provider(conf, "claude"));
 	assert_int_equal(pv->pv_type, PROVIDER_ANTHROPIC);
 	assert_true(pv->pv_price_input == 3 && pv->pv_price_output == 15);
@@ -334,6 +335,8 @@ test_full_servers(void **state)
 	    "Accept-Language");
 	assert_string_equal(srv->srv_ca_file, "/etc/ssl/jira-ca.pem");
 	assert_int_equal(srv->srv_call_timeout_ms, 90000);
+	assert_int_equal(srv->srv_nallow_addr, 2);
+	assert_string_equal(srv->srv_allow_addr[1], "fd00:ec2::254");
 
 	assert_non_null(srv = config_find_server(conf, "legacy"));
 	assert_int_equal(srv->srv_transport, TRANSPORT_SSE);

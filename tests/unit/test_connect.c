@@ -27,6 +27,7 @@
 #include "broker/config.h"
 #include "broker/mcpbroker.h"
 #include "broker/parent.h"
+#include "common/addrcheck.h"
 #include "common/http_client.h"
 #include "common/proc.h"
 #include "broker/child_connect.h"
@@ -594,6 +595,96 @@ test_parent_unreachable(void **state)
 	assert_string_equal(a.error, "cannot reach the parent");
 }
 
+/*
+ * Where the broker does not connect without allow-address, the address
+ * family and the forms that carry an IPv4 address in IPv6 included.
+ */
+static void
+test_address_policy(void **state)
+{
+	static const struct {
+		const char	*addr;
+		const char	*why;	/* NULL: allowed */
+	} cases[] = {
+		{ "127.0.0.1", NULL }, { "::1", NULL }, { "10.1.2.3", NULL },
+		{ "172.16.0.1", NULL }, { "192.168.1.1", NULL },
+		{ "fd12::1", NULL }, { "8.8.8.8", NULL },
+		{ "2001:db8::1", NULL }, { "100.64.0.1", NULL },
+		{ "169.254.169.254", "the cloud metadata address" },
+		{ "169.254.0.1", "a link-local address" },
+		{ "fe80::1", "a link-local address" },
+		{ "febf::1", "a link-local address" },
+		{ "fd00:ec2::254", "the cloud metadata address" },
+		{ "100.100.100.200", "a cloud metadata address" },
+		{ "0.0.0.0", "an unspecified address" },
+		{ "0.1.2.3", "an unspecified address" },
+		{ "::", "an unspecified address" },
+		{ "224.0.0.1", "a multicast or reserved address" },
+		{ "255.255.255.255", "a multicast or reserved address" },
+		{ "ff02::1", "a multicast address" },
+		{ "::ffff:169.254.169.254", "the cloud metadata address" },
+		{ "64:ff9b::a9fe:a9fe", "the cloud metadata address" },
+		{ "::169.254.169.254", "the cloud metadata address" },
+		{ "::ffff:127.0.0.1", NULL },
+	};
+	struct addr_allow	 aa;
+	const char		*why;
+	size_t			 i;
+
+	(void)state;
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		why = addr_literal_refused(cases[i].addr, NULL);
+		if (cases[i].why == NULL)
+			assert_null(why);
+		else {
+			assert_non_null(why);
+			assert_string_equal(why, cases[i].why);
+		}
+	}
+	assert_null(addr_literal_refused("metadata.example", NULL));
+	/* An allowed address, in whichever form it comes. */
+	memset(&aa, 0, sizeof(aa));
+	assert_int_equal(addr_allow_add(&aa, "169.254.169.254"), 0);
+	assert_int_equal(addr_allow_add(&aa, "not an address"), -1);
+	assert_null(addr_literal_refused("169.254.169.254", &aa));
+	assert_null(addr_literal_refused("::ffff:169.254.169.254", &aa));
+	assert_non_null(addr_literal_refused("169.254.169.253", &aa));
+	while (aa.aa_n < ADDR_ALLOW_MAX)
+		assert_int_equal(addr_allow_add(&aa, "fe80::1"), 0);
+	assert_int_equal(addr_allow_add(&aa, "fe80::2"), -1);
+}
+
+/*
+ * The check is on the address the request resolved to, at connect time:
+ * the configuration allowed it when it was read, not any more now.
+ */
+static void
+test_refused_address(void **state)
+{
+	struct server_conf	*srv;
+	struct answer		 a;
+
+	(void)state;
+	use_url("http://169.254.169.254:9/mcp\" allow-address "
+	    "\"169.254.169.254");
+	srv = TAILQ_FIRST(&conf->c_servers);
+	assert_int_equal(srv->srv_nallow_addr, 1);
+	ask("169.254.169.254", 9, &a);
+	run_until(&a, 1);
+	assert_null(strstr(a.error, "allow-address"));
+	if (a.fd >= 0)
+		close(a.fd);
+	free(srv->srv_allow_addr[0]);	/* as if reloaded without it */
+	assert_non_null(srv->srv_allow_addr[0] = strdup("169.254.169.253"));
+	ask("169.254.169.254", 9, &a);
+	run_until(&a, 1);
+	assert_int_equal(a.fd, -1);
+	assert_string_equal(a.error, "connect to 169.254.169.254:9: "
+	    "169.254.169.254 is the cloud metadata address; not connecting "
+	    "without allow-address \"169.254.169.254\"");
+	assert_false(parent_lost || worker_lost);
+}
+
 #define T(f)	cmocka_unit_test_setup_teardown(f, setup, teardown)
 
 int
@@ -602,7 +693,9 @@ main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_url_matches),
 		cmocka_unit_test(test_url_endpoint),
+		cmocka_unit_test(test_address_policy),
 		T(test_connected),
+		T(test_refused_address),
 		T(test_refused),
 		T(test_timed_out),
 		T(test_other_endpoint_is_violation),

@@ -95,7 +95,7 @@ test_headers_from_arguments(void **state)
 static void
 test_value_encoding(void **state)
 {
-	char out[128];
+	char out[128], big[256];
 
 	(void)state;
 	mcp_header_value("us-west1", 8, out, sizeof(out));
@@ -110,6 +110,20 @@ test_value_encoding(void **state)
 	/* a plain value that looks like the sentinel is encoded too */
 	mcp_header_value("=?base64?abc?=", 14, out, sizeof(out));
 	assert_string_equal(out, "=?base64?PT9iYXNlNjQ/YWJjPz0=?=");
+	/* What does not fit is not sent cut, raw or encoded. */
+	memset(big, 'a', sizeof(big));
+	assert_int_equal(mcp_header_value(big, sizeof(out) - 1, out,
+	    sizeof(out)), 0);
+	assert_int_equal(strlen(out), sizeof(out) - 1);
+	assert_int_equal(mcp_header_value(big, sizeof(out), out, sizeof(out)),
+	    -1);
+	assert_string_equal(out, "");
+	big[0] = '\r';
+	big[1] = '\n';
+	assert_int_equal(mcp_header_value(big, 100, out, sizeof(out)), -1);
+	assert_string_equal(out, "");
+	assert_int_equal(mcp_header_value(big, 60, out, sizeof(out)), 0);
+	assert_memory_equal(out, "=?base64?DQph", 13);
 }
 
 int

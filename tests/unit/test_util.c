@@ -2,12 +2,14 @@
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
 #include <json-c/json.h>
 
+#include "common/log.h"
 #include "common/util.h"
 
 static void
@@ -107,6 +109,157 @@ test_get_int_and_bool_check_range_and_type(void **state)
 	json_object_put(o);
 }
 
+static void
+test_parse_object_says_why(void **state)
+{
+	static const struct {
+		const char	*in;
+		size_t		 len;
+		const char	*why;
+	} cases[] = {
+		{ "{\"a\":\"\xff\"}", 9, "invalid utf-8" },
+		{ "{\"a\":\"x\0y\"}", 11, "a NUL byte at byte 7" },
+		{ "{\"a\":1", 6, "unexpected end of data" },
+		{ "{} {}", 5, "unexpected character at byte 3" },
+		{ "[1]", 3, "not an object" },
+	};
+	struct json_object	*o;
+	char			 why[128], deep[200];
+	size_t			 i;
+
+	(void)state;
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		why[0] = '\0';
+		assert_null(json_parse_object_why(cases[i].in, cases[i].len,
+		    why, sizeof(why)));
+		assert_non_null(strstr(why, cases[i].why));
+	}
+	memset(deep, '[', sizeof(deep));
+	memcpy(deep, "{\"a\":", 5);
+	assert_null(json_parse_object_why(deep, sizeof(deep), why,
+	    sizeof(why)));
+	assert_non_null(strstr(why, "nesting too deep"));
+	/* An escaped NUL is JSON; the string keeps its length. */
+	o = json_parse_object_why("{\"a\":\"x\\u0000y\"}", 16, why,
+	    sizeof(why));
+	assert_non_null(o);
+	json_object_put(o);
+}
+
+static void
+test_numbers_must_be_finite_json_within_64_bits(void **state)
+{
+	static const char *const good[] = {
+		"{\"a\":0}", "{\"a\":-0}", "{\"a\":-0.0}", "{\"a\":1.5e3}",
+		"{\"a\":1E-400}", "{\"a\":9223372036854775807}",
+		"{\"a\":18446744073709551614}", "{\"a\":[1,{\"b\":2.5}]}",
+		"{\"a\":1e308}",
+	};
+	static const char *const bad[] = {
+		"{\"a\":NaN}", "{\"a\":Infinity}", "{\"a\":-Infinity}",
+		"{\"a\":1e999}", "{\"a\":-1e999}", "{\"a\":1.}",
+		"{\"a\":18446744073709551616}", "{\"a\":99999999999999999999}",
+		"{\"a\":-9223372036854775809}", "{\"a\":[0,{\"b\":1e999}]}",
+	};
+	struct json_object	*o;
+	size_t			 i;
+
+	(void)state;
+	for (i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+		assert_non_null(o = json_parse_object(good[i],
+		    strlen(good[i])));
+		assert_true(json_numbers_ok(o, 0));
+		json_object_put(o);
+	}
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		o = json_parse_object(bad[i], strlen(bad[i]));
+		if (o == NULL)
+			continue;	/* refused by the parser already */
+		assert_false(json_numbers_ok(o, 0));
+		json_object_put(o);
+	}
+}
+
+static void
+test_utf8_valid_len_is_strict(void **state)
+{
+	static const struct {
+		const char	*in;
+		size_t		 good;
+	} cases[] = {
+		{ "plain ascii", 11 },
+		{ "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", 14 },
+		{ "ab\xc0\xaf", 2 },		/* overlong '/' */
+		{ "ab\xe0\x80\xaf", 2 },	/* overlong, 3 bytes */
+		{ "ab\xed\xa0\x80", 2 },	/* surrogate */
+		{ "ab\xf4\x90\x80\x80", 2 },	/* above U+10FFFF */
+		{ "ab\xf8\x88\x80\x80\x80", 2 },
+		{ "ab\xff", 2 },
+		{ "ab\xe2\x82", 2 },		/* cut short */
+		{ "ab\xe2\x28\xa1", 2 },	/* bad continuation */
+		{ "\xc2\x80", 2 },		/* U+0080 is a character */
+	};
+	size_t i;
+
+	(void)state;
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		assert_int_equal(utf8_valid_len(cases[i].in,
+		    strlen(cases[i].in)), cases[i].good);
+	assert_int_equal(utf8_valid_len("a\0b", 3), 3);
+}
+
+static char	captured[LOG_LINE_MAX];
+
+static void
+capture(int priority, const char *line)
+{
+	(void)priority;
+	snprintf(captured, sizeof(captured), "%s", line);
+}
+
+static void
+test_log_lines_escape_control_characters(void **state)
+{
+	static const struct {
+		const char	*in;
+		const char	*out;
+	} cases[] = {
+		{ "a\nb", "a\\nb" },
+		{ "x\r\nFAKE: forged line", "x\\r\\nFAKE: forged line" },
+		{ "\x1b[31mred\x1b[0m", "\\x1b[31mred\\x1b[0m" },
+		{ "tab\there", "tab\\there" },
+		{ "del\x7f", "del\\x7f" },
+		{ "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80",
+		    "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80" },
+		{ "csi\xc2\x9b" "2J", "csi\\xc2\\x9b2J" },
+		{ "stray\x9b\xff", "stray\\x9b\\xff" },
+		{ "overlong\xc0\xaf", "overlong\\xc0\\xaf" },
+		{ "surrogate\xed\xa0\x80", "surrogate\\xed\\xa0\\x80" },
+		{ "cut\xe2\x82", "cut\\xe2\\x82" },
+	};
+	char	 out[8];
+	size_t	 i;
+
+	(void)state;
+	log_init(0, 0, LOG_DAEMON);
+	log_set_sink(capture);
+	log_procinit("test");
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		log_warnx("%s", cases[i].in);
+		assert_string_equal(captured + 6, cases[i].out);
+		assert_memory_equal(captured, "test: ", 6);
+	}
+	log_warnx("%s: %d", "ok", 1);
+	assert_string_equal(captured, "test: ok: 1");
+	/* Cut before an escape or a character that does not fit whole. */
+	log_escape("ab\ncd", out, 4);
+	assert_string_equal(out, "ab");
+	log_escape("a\xe2\x82\xac", out, 4);
+	assert_string_equal(out, "a");
+	log_escape("abc", out, 0);
+	log_set_sink(NULL);
+}
+
 int
 main(void)
 {
@@ -116,6 +269,10 @@ main(void)
 		cmocka_unit_test(test_parse_object_depth_is_capped),
 		cmocka_unit_test(test_get_str_checks_type_length_and_nul),
 		cmocka_unit_test(test_get_int_and_bool_check_range_and_type),
+		cmocka_unit_test(test_parse_object_says_why),
+		cmocka_unit_test(test_numbers_must_be_finite_json_within_64_bits),
+		cmocka_unit_test(test_utf8_valid_len_is_strict),
+		cmocka_unit_test(test_log_lines_escape_control_characters),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
