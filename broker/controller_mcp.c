@@ -1853,8 +1853,10 @@ list_done(struct json_object *result, struct json_object *error, void *arg)
 	/* Empty pages are walked past, a few at a time. */
 	if (srv != NULL && json_object_array_length(mr->mr_items) == 0 &&
 	    ++mr->mr_hops < PAGE_HOPS) {
-		snprintf(mr->mr_server, sizeof(mr->mr_server), "%s", srv);
-		list_page(mr, srv, next);
+		if (srv != mr->mr_server)
+			snprintf(mr->mr_server, sizeof(mr->mr_server), "%s",
+			    srv);
+		list_page(mr, mr->mr_server, next);
 		return;
 	}
 	r = json_object_new_object();
@@ -1874,9 +1876,18 @@ static void
 list_page(struct mcp_req *mr, const char *server, const char *cursor)
 {
 	struct worker_link	*wl = controller_worker(server);
-	struct json_object	*params = json_object_new_object();
+	struct json_object	*params, *e;
 	uint64_t		 call;
 
+	if (wl == NULL) {	/* gone with a reload: a page of nothing */
+		e = json_object_new_object();
+		json_object_object_add(e, "message", json_object_new_string(
+		    "the server is gone"));
+		list_done(NULL, e, mr);
+		json_object_put(e);
+		return;
+	}
+	params = json_object_new_object();
 	if (cursor != NULL)
 		json_object_object_add(params, "cursor", json_object_new_string(
 		    cursor));

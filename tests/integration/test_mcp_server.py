@@ -17,7 +17,7 @@ import time
 import unittest
 
 from broker import MCPBROKER, Broker, wait_for
-from mcpfixtures import FIXTURES, TESTS, everything_cmd, node
+from mcpfixtures import FIXTURES, TESTS, everything_cmd, node, v2_cmd
 
 LEGACY = "2025-06-18"
 MODERN = "2026-07-28"
@@ -25,14 +25,21 @@ TOOLS_OF_DEV = ["everything.echo", "everything.get-sum",
                 "everything.trigger-long-running-operation"]
 
 
+def quote(cmd):
+    return " ".join('"%s"' % a for a in cmd)
+
+
 def config(cmd):
-    quoted = " ".join('"%s"' % a for a in cmd)
+    quoted = quote(cmd)
     return ('auth { api-keys }\n'
             'server "everything" {\n command %s\n isolation per-user\n'
             ' call-timeout 60s\n}\n'
             'server "probe" { command "python3" "%s" isolation per-user }\n'
             'toolset "dev" { tools "everything.*" }\n'
             'toolset "who" { tools "probe.whoami" }\n'
+            'server "v2" { command %s }\n'
+            'toolset "v2" { tools "v2.*" }\n'
+            'allow role "dev" tool "v2.*"\n'
             'allow role "dev" tool "probe.whoami"\n'
             'toolset "ide" { tools "everything.echo" "everything.get-sum"\n'
             ' names underscore }\n'
@@ -48,7 +55,8 @@ def config(cmd):
             'allow role "dev" prompt "everything.simple-prompt"\n'
             'allow role "admin" resource "*"\n'
             'allow role "admin" prompt "*"\n'
-            % (quoted, os.path.join(FIXTURES, "net_probe.py")))
+            % (quoted, os.path.join(FIXTURES, "net_probe.py"),
+               quote(v2_cmd("stdio"))))
 
 
 def sse_events(text):
@@ -465,6 +473,23 @@ class McpServerTest(unittest.TestCase):
         status, _, _ = self.b.request("GET", "/mcp/dev", None,
                                       self.headers(self.bob))
         self.assertEqual(status, 405)
+
+    def test_a_servers_tool_change_reaches_the_get_stream(self):
+        """A 2026-07-28 server (SDK v2) adds a tool: sessions hear of it."""
+        sid, _ = self.initialize(self.bob, toolset="v2")
+        before = self.tools(self.bob, sid, "v2")
+        self.assertIn("v2.change_tools", before)
+        self.assertIn("v2.t29", before)     # its own pages walked
+        g = self.open("GET", self.bob, toolset="v2", session=sid,
+                      version=LEGACY)
+        status, body = self.rpc(self.bob, "tools/call", {
+            "name": "v2.change_tools", "arguments": {}}, session=sid,
+            toolset="v2")
+        added = body["result"]["content"][0]["text"].split()[-1]
+        eid, msg = g.next_event()
+        g.close()
+        self.assertEqual(msg["method"], "notifications/tools/list_changed")
+        self.assertIn("v2." + added, self.tools(self.bob, sid, "v2"))
 
     def test_second_user_cannot_use_the_session(self):
         sid, _ = self.initialize(self.alice)
