@@ -715,6 +715,7 @@ sess_foreign(const char *sid, const char *user, const char *peer)
 }
 
 static void	sub_drop(struct mcp_sub *);
+static void	req_cancel(struct mcp_req *);
 
 /*
  * The session ends: its streams close, its calls are cancelled, its
@@ -731,13 +732,12 @@ sess_end(struct mcp_sess *ms, const char *why)
 	    why);
 	TAILQ_FOREACH_SAFE(mr, &reqs, mr_entry, rnext)
 		if (mr->mr_sess == ms) {
-			if (mr->mr_http != 0 && mr->mr_streaming)
-				http_end(mr->mr_http);
-			else if (mr->mr_http != 0)
+			if (mr->mr_http != 0 && !mr->mr_streaming) {
 				http_rpc_error(mr->mr_http, 404, mr->mr_id,
 				    RPC_NO_SESSION, NULL, "the session ended");
-			mr->mr_http = 0;
-			req_free(mr);
+				mr->mr_http = 0;
+			}
+			req_cancel(mr);
 		}
 	TAILQ_FOREACH_SAFE(sb, &subs, sb_entry, snext)
 		if (sb->sb_sess == ms)
@@ -2460,10 +2460,7 @@ req_cancel(struct mcp_req *mr)
 		    mr->mr_m->mm_fn == m_tools_call)
 			mr->mr_audit = row;
 	}
-	if (mr->mr_call != 0 && mr->mr_m->mm_fn == m_tools_call)
-		audit_outcome(mr, "cancelled", 0);
-	else if (mr->mr_audit > 0)
-		audit_outcome(mr, "cancelled", 0);
+	audit_outcome(mr, "cancelled", 0);	/* a call that ran, only */
 	if (mr->mr_stream != NULL && mr->mr_stream->st_http != 0)
 		http_end(mr->mr_stream->st_http);
 	else if (mr->mr_http != 0 && mr->mr_streaming)
