@@ -519,31 +519,43 @@ add_str(struct json_object *o, const char *key, const char *v)
 }
 
 /*
- * The body, one JSON object, in *body; 0 when the client has been told
- * what is wrong with it.  Strings are taken as JSON has them: an escaped
- * NUL stays in the string, and every reader checks for it (json_get_str).
+ * A request body as one JSON object, held to stricter rules than json-c's:
+ * valid UTF-8 (json-c lets overlong forms and surrogates through) and
+ * finite numbers within 64 bits.  NULL with why.  Strings are taken as
+ * JSON has them: an escaped NUL stays in the string, and every reader
+ * checks for it (json_get_str).
  */
+static struct json_object *
+json_body_parse(const char *buf, size_t len, char *why, size_t whylen)
+{
+	struct json_object	*o;
+	size_t			 good;
+
+	if ((good = utf8_valid_len(buf, len)) < len) {
+		snprintf(why, whylen, "invalid UTF-8 at byte %zu", good);
+		return NULL;
+	}
+	if ((o = json_parse_object_why(buf, len, why, whylen)) == NULL)
+		return NULL;
+	if (!json_numbers_ok(o, 0)) {
+		json_object_put(o);
+		snprintf(why, whylen, "a number that is not finite, not "
+		    "written as JSON, or beyond 64 bits");
+		return NULL;
+	}
+	return o;
+}
+
+/* The body, one JSON object, in *body; 0 when the client has been told. */
 static int
 json_body(struct evhttp_request *req, struct evbuffer *in, size_t len,
     struct json_object **body)
 {
-	const char	*buf = (const char *)evbuffer_pullup(in, len);
-	char		 why[96], msg[160];
-	size_t		 good;
+	char	why[96], msg[160];
 
-	/* json-c lets overlong forms, surrogates and more through. */
-	if ((good = utf8_valid_len(buf, len)) < len) {
-		*body = NULL;
-		snprintf(why, sizeof(why), "invalid UTF-8 at byte %zu", good);
-	} else if ((*body = json_parse_object_why(buf, len, why,
-	    sizeof(why))) != NULL && json_numbers_ok(*body, 0))
+	if ((*body = json_body_parse((const char *)evbuffer_pullup(in, len),
+	    len, why, sizeof(why))) != NULL)
 		return 1;
-	if (*body != NULL) {
-		json_object_put(*body);
-		*body = NULL;
-		snprintf(why, sizeof(why), "a number that is not finite, not "
-		    "written as JSON, or beyond 64 bits");
-	}
 	snprintf(msg, sizeof(msg), "the request body must be one JSON object "
 	    "(%s)", why);
 	reply_error(req, 400, "Bad Request", "invalid_json", msg);
@@ -731,6 +743,7 @@ mcp_body(struct evhttp_request *req, struct json_object **body)
 	struct evbuffer	*in = evhttp_request_get_input_buffer(req);
 	size_t		 len = evbuffer_get_length(in), i;
 	const char	*b;
+	char		 why[96], msg[160];
 
 	*body = NULL;
 	if (evhttp_request_get_command(req) != EVHTTP_REQ_POST || len == 0)
@@ -743,9 +756,10 @@ mcp_body(struct evhttp_request *req, struct json_object **body)
 		    "batches are not supported; send one message per POST");
 		return 0;
 	}
-	if ((*body = json_parse_object(b, len)) == NULL) {
-		reply_rpc_error(req, 400, -32700, "Parse error: the body must "
-		    "be one JSON-RPC message");
+	if ((*body = json_body_parse(b, len, why, sizeof(why))) == NULL) {
+		snprintf(msg, sizeof(msg), "Parse error: the body must be one "
+		    "JSON-RPC message (%s)", why);
+		reply_rpc_error(req, 400, -32700, msg);
 		return 0;
 	}
 	return 1;

@@ -555,6 +555,14 @@ class McpServerTest(unittest.TestCase):
         self.assertEqual((status, body["error"]["code"]), (400, -32600))
         status, _, body = self.post(self.bob, "{nope")
         self.assertEqual((status, body["error"]["code"]), (400, -32700))
+        # The API's strict rules hold here too: UTF-8 and numbers.
+        for raw, why in ((b'{"jsonrpc":"2.0","id":1,"method":"ping",'
+                          b'"params":{"x":"\xc0\xaf"}}', "invalid UTF-8"),
+                         (b'{"jsonrpc":"2.0","id":1,"method":"ping",'
+                          b'"params":{"x":NaN}}', "not finite")):
+            status, _, body = self.post(self.bob, raw)
+            self.assertEqual((status, body["error"]["code"]), (400, -32700))
+            self.assertIn(why, body["error"]["message"])
         status, _, body = self.post(self.bob, {"id": 1, "method": "ping"})
         self.assertEqual((status, body["error"]["code"]), (400, -32600))
         status, _, body = self.post(self.bob, {"jsonrpc": "2.0", "id": 1,
