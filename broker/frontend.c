@@ -23,6 +23,7 @@
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
 
+#include "broker/frontend_web.h"
 #include "broker/mcpbroker.h"
 #include "broker/websec.h"
 #include "common/log.h"
@@ -870,6 +871,9 @@ static const struct route routes[] = {
 	    route_mcp },
 	{ "/.well-known/oauth-protected-resource/", EVHTTP_REQ_GET,
 	    route_api },
+	{ "/", EVHTTP_REQ_GET | EVHTTP_REQ_HEAD, web_route },
+	{ "/admin", EVHTTP_REQ_GET | EVHTTP_REQ_HEAD, web_route },
+	{ "/assets/", EVHTTP_REQ_GET | EVHTTP_REQ_HEAD, web_route },
 	{ NULL, 0, NULL }
 };
 
@@ -902,7 +906,7 @@ route_matches(const struct route *rt, const char *path)
 {
 	size_t len = strlen(rt->rt_path);
 
-	if (rt->rt_path[len - 1] == '/')
+	if (len > 1 && rt->rt_path[len - 1] == '/')
 		return strncmp(path, rt->rt_path, len) == 0 && path[len] != '\0';
 	return strcmp(path, rt->rt_path) == 0;
 }
