@@ -199,6 +199,42 @@ r_tools(uint64_t id, const struct store_user *u, const char *rest,
 	api_reply(id, 200, r);
 }
 
+/*
+ * What a chat may connect to: the configured providers (name, type, model)
+ * and toolsets.  Names only, no URL or key; the same for every caller.
+ */
+static void
+r_providers(uint64_t id, const struct store_user *u, const char *rest,
+    struct json_object *body)
+{
+	const struct provider_conf	*pv;
+	const struct toolset_conf	*ts;
+	struct json_object		*r, *arr, *o;
+
+	(void)u;
+	(void)rest;
+	(void)body;
+	arr = json_object_new_array();
+	TAILQ_FOREACH(pv, &controller_conf()->c_providers, pv_entry) {
+		o = json_object_new_object();
+		json_object_object_add(o, "name",
+		    json_object_new_string(pv->pv_name));
+		json_object_object_add(o, "type", json_object_new_string(
+		    provider_type_str(pv->pv_type)));
+		json_object_object_add(o, "model", pv->pv_model != NULL ?
+		    json_object_new_string(pv->pv_model) : NULL);
+		json_object_array_add(arr, o);
+	}
+	r = json_object_new_object();
+	json_object_object_add(r, "providers", arr);
+	arr = json_object_new_array();
+	TAILQ_FOREACH(ts, &controller_conf()->c_toolsets, ts_entry)
+		json_object_array_add(arr, json_object_new_string(
+		    ts->ts_name));
+	json_object_object_add(r, "toolsets", arr);
+	api_reply(id, 200, r);
+}
+
 static int
 has_role(const struct store_user *u, const char *role)
 {
@@ -412,6 +448,7 @@ static const struct api_route api_routes[] = {
 	{ "GET", "/llmchat/history", r_history },
 	{ "DELETE", "/llmchat/history", r_history_clear },
 	{ "GET", "/api/v1/tools", r_tools },
+	{ "GET", "/api/v1/providers", r_providers },
 	{ NULL, NULL, NULL }
 };
 
