@@ -1570,7 +1570,7 @@ static int
 connect_options(uint64_t id, struct session *s, struct json_object *body)
 {
 	struct json_object	*cfg, *v;
-	int64_t			 mt;
+	int64_t			 mt = 0;	/* absent: the provider's default */
 
 	s->s_has_temperature = 0;
 	s->s_max_tokens = 0;
