@@ -47,6 +47,19 @@ static const char *const server_states[] = {
 	[SS_DOWN] = "down",
 };
 
+/*
+ * A worker that keeps dying is restarted with backoff all the same, and
+ * between deaths it may look ready.  CRASH_LOOP_EXITS exits within
+ * CRASH_LOOP_WINDOW_MS make a crash loop: the server shows as degraded
+ * (so /readyz fails), and the log and the audit trail say so once.  With
+ * the parent's backoff (1 s doubling) a worker that dies as it starts gets
+ * there in about 15 s; one that dies now and then, never.  The episode
+ * ends once the worker has stayed up and ready for CRASH_LOOP_CALM_MS.
+ */
+#define CRASH_LOOP_EXITS	5
+#define CRASH_LOOP_WINDOW_MS	(60 * 1000)
+#define CRASH_LOOP_CALM_MS	(30 * 1000)
+
 /* One per configured server: its worker's channel and what we know. */
 struct worker_link {
 	TAILQ_ENTRY(worker_link) wl_entry;
@@ -57,6 +70,12 @@ struct worker_link {
 	unsigned int		 wl_restarts;
 	struct json_object	*wl_tools;	/* the worker's last list */
 	struct json_object	*wl_caps;	/* the server's capabilities */
+	struct json_object	*wl_withheld;	/* {TOOL: true}: by pins */
+	uint64_t		 wl_exits[CRASH_LOOP_EXITS]; /* ms, a ring */
+	unsigned int		 wl_nexits;
+	int			 wl_looping;
+	char			 wl_loop_why[256];
+	struct event		*wl_calm;	/* ends a crash loop */
 };
 TAILQ_HEAD(worker_link_list, worker_link);
 
@@ -154,6 +173,52 @@ worker_find(const char *name)
 	return NULL;
 }
 
+/* A crash loop shows on a worker that is up; one that is down is down. */
+static enum server_state
+worker_shown_state(const struct worker_link *wl)
+{
+	if (wl->wl_looping && wl->wl_state != SS_DOWN)
+		return SS_DEGRADED;
+	return wl->wl_state;
+}
+
+static const char *
+worker_shown_error(const struct worker_link *wl)
+{
+	if (wl->wl_looping)
+		return wl->wl_loop_why;
+	return wl->wl_error[0] != '\0' ? wl->wl_error : NULL;
+}
+
+static void
+worker_calm(int fd, short ev, void *arg)
+{
+	struct worker_link *wl = arg;
+
+	(void)fd;
+	(void)ev;
+	wl->wl_looping = 0;
+	log_info("server %s: no longer crash-looping: up for %d s",
+	    wl->wl_name, CRASH_LOOP_CALM_MS / 1000);
+}
+
+/* Only an unbroken stretch of readiness ends a crash loop. */
+static void
+worker_calm_watch(struct worker_link *wl)
+{
+	struct timeval tv = { CRASH_LOOP_CALM_MS / 1000, 0 };
+
+	if (!wl->wl_looping)
+		return;
+	if (wl->wl_calm == NULL &&
+	    (wl->wl_calm = evtimer_new(child_base(), worker_calm, wl)) == NULL)
+		fatal("evtimer_new");
+	if (wl->wl_state != SS_READY)
+		evtimer_del(wl->wl_calm);
+	else if (!evtimer_pending(wl->wl_calm, NULL))
+		evtimer_add(wl->wl_calm, &tv);
+}
+
 static void
 worker_set_state(struct worker_link *wl, enum server_state st,
     const char *error)
@@ -164,6 +229,29 @@ worker_set_state(struct worker_link *wl, enum server_state st,
 	wl->wl_state = st;
 	snprintf(wl->wl_error, sizeof(wl->wl_error), "%s",
 	    error != NULL ? error : "");
+	worker_calm_watch(wl);
+}
+
+/* Once per episode: the log at warning level, and the audit trail. */
+static void
+worker_exit_note(struct worker_link *wl, const char *status)
+{
+	uint64_t	now = monotonic_ms(), oldest;
+	int		was = wl->wl_looping;
+
+	wl->wl_exits[wl->wl_nexits++ % CRASH_LOOP_EXITS] = now;
+	oldest = wl->wl_exits[wl->wl_nexits % CRASH_LOOP_EXITS];
+	if (!was && (wl->wl_nexits < CRASH_LOOP_EXITS ||
+	    now - oldest > CRASH_LOOP_WINDOW_MS))
+		return;
+	wl->wl_looping = 1;
+	snprintf(wl->wl_loop_why, sizeof(wl->wl_loop_why), "crash-looping: "
+	    "%d exits in %d s; last: %s", CRASH_LOOP_EXITS,
+	    CRASH_LOOP_WINDOW_MS / 1000, status);
+	if (was)
+		return;
+	log_warnx("server %s is %s", wl->wl_name, wl->wl_loop_why);
+	audit_system("crash_loop", "server", wl->wl_name, wl->wl_loop_why);
 }
 
 static void
@@ -239,6 +327,9 @@ worker_link_free(struct worker_link *wl)
 	peer_detach(&wl->wl_peer);
 	json_object_put(wl->wl_tools);
 	json_object_put(wl->wl_caps);
+	json_object_put(wl->wl_withheld);
+	if (wl->wl_calm != NULL)
+		event_free(wl->wl_calm);
 	free(wl);
 }
 
@@ -295,6 +386,7 @@ controller_recv_worker_down(struct peer *p, struct msg *m,
 	worker_set_state(wl, SS_DOWN, why);
 	worker_fail_calls(wl, why);
 	audit_system("worker_down", "server", name, status);
+	worker_exit_note(wl, why);
 	return 0;
 }
 
@@ -311,16 +403,19 @@ controller_recv_ready_req(struct peer *p, struct msg *m, struct json_object *o)
 	reply = json_object_new_object();
 	servers = json_object_new_array();
 	TAILQ_FOREACH(wl, &ctl.workers, wl_entry) {
-		if (wl->wl_state != SS_READY)
+		if (worker_shown_state(wl) != SS_READY)
 			ready = 0;
 		s = json_object_new_object();
 		json_object_object_add(s, "name",
 		    json_object_new_string(wl->wl_name));
-		json_object_object_add(s, "state",
-		    json_object_new_string(server_states[wl->wl_state]));
-		if (wl->wl_error[0] != '\0')
+		json_object_object_add(s, "state", json_object_new_string(
+		    server_states[worker_shown_state(wl)]));
+		if (worker_shown_error(wl) != NULL)
 			json_object_object_add(s, "error",
-			    json_object_new_string(wl->wl_error));
+			    json_object_new_string(worker_shown_error(wl)));
+		if (wl->wl_looping)
+			json_object_object_add(s, "crash_loop",
+			    json_object_new_boolean(1));
 		if (wl->wl_tools != NULL)
 			json_object_object_add(s, "tools", json_object_new_int(
 			    json_object_array_length(wl->wl_tools)));
@@ -627,8 +722,8 @@ controller_worker_caps(const struct worker_link *wl)
 const char *
 controller_worker_state(const struct worker_link *wl, const char **error)
 {
-	*error = wl->wl_error[0] != '\0' ? wl->wl_error : NULL;
-	return server_states[wl->wl_state];
+	*error = worker_shown_error(wl);
+	return server_states[worker_shown_state(wl)];
 }
 
 struct mcpbroker_conf *
@@ -737,8 +832,8 @@ admin_server(uint64_t id, const char *op, struct json_object *o)
 	if (strcmp(op, "tools") == 0) {
 		r = json_object_new_object();
 		json_object_object_add(r, "ok", json_object_new_boolean(1));
-		json_object_object_add(r, "state",
-		    json_object_new_string(server_states[wl->wl_state]));
+		json_object_object_add(r, "state", json_object_new_string(
+		    server_states[worker_shown_state(wl)]));
 		json_object_object_add(r, "tools", wl->wl_tools != NULL ?
 		    json_object_get(wl->wl_tools) : json_object_new_array());
 		admin_reply(id, r);
@@ -1088,6 +1183,10 @@ controller_configure(struct mcpbroker_conf *conf, int reload)
 	}
 	/* Intents are group-committed on our loop. */
 	audit_init(child_base());
+	/* What a crash left running is closed before anything new runs. */
+	if (!reload && audit_close_open_intents() == -1)
+		log_warnx("audit: calls left running by a crash could not be "
+		    "closed");
 	/* The parent checked the key: one that fails here signs nothing. */
 	if (audit_set_signing_key(conf->c_audit.ac_signing_key.sr_value) ==
 	    -1) {

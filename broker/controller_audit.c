@@ -546,6 +546,89 @@ audit_end(int ok)
 	return ok ? -1 : 0;
 }
 
+/* ---- calls the broker stopped in the middle of ---- */
+
+/*
+ * Intents that should have an outcome row and have none: allowed calls,
+ * and confirmed ones the user approved.  A refused call, or a confirm
+ * nobody answered, never ran and never gets one.  NOT IN builds its set
+ * once, so this is one pass over the table, not one per intent.
+ */
+#define OPEN_INTENTS_SQL						\
+	"SELECT c.id, c.user, c.tenant FROM audit c "			\
+	"WHERE c.kind = 'tool_call' AND json_valid(c.detail) AND ("	\
+	" json_extract(c.detail, '$.decision') = 'allow' OR"		\
+	" (json_extract(c.detail, '$.decision') = 'confirm' AND c.id IN"\
+	"  (SELECT json_extract(a.detail, '$.intent') FROM audit a"	\
+	"   WHERE a.kind = 'approval' AND json_valid(a.detail) AND"	\
+	"   json_extract(a.detail, '$.answer') = 'approved'))) "	\
+	"AND c.id NOT IN (SELECT json_extract(r.detail, '$.intent') "	\
+	" FROM audit r WHERE r.kind = 'tool_result' AND"		\
+	" json_valid(r.detail) AND"					\
+	" json_extract(r.detail, '$.intent') IS NOT NULL) "		\
+	"ORDER BY c.id"
+
+static int
+close_intent(sqlite3_stmt *st)
+{
+	struct json_object	*d = json_object_new_object();
+	const char		*user, *tenant;
+	int64_t			 id;
+
+	id = sqlite3_column_int64(st, 0);
+	user = (const char *)sqlite3_column_text(st, 1);
+	tenant = (const char *)sqlite3_column_text(st, 2);
+	json_object_object_add(d, "intent", json_object_new_int64(id));
+	json_object_object_add(d, "outcome", json_object_new_string(
+	    "unknown"));
+	json_object_object_add(d, "reason", json_object_new_string(
+	    "the broker stopped while the call was running"));
+	id = audit_append(AUDIT_KIND_RESULT, user, tenant, d);
+	json_object_put(d);
+	return id == -1 ? -1 : 0;
+}
+
+/*
+ * A crash (SIGKILL, the power) leaves the calls then running with an
+ * intent and no outcome.  Whether the server did the work nobody can say
+ * now; the trail says so rather than leave the reader to guess from a
+ * missing row.  Run once at start, before any call, in one transaction.
+ */
+int
+audit_close_open_intents(void)
+{
+	sqlite3_stmt	*st;
+	unsigned int	 n = 0;
+	int		 rc, ok = 1;
+
+	if (audit_begin() == -1)
+		return -1;
+	/* Rows appended while stepping are outcomes: the set does not move. */
+	if (sqlite3_prepare_v2(store_db(), OPEN_INTENTS_SQL, -1, &st,
+	    NULL) != SQLITE_OK) {
+		log_warnx("audit: %s", sqlite3_errmsg(store_db()));
+		(void)audit_end(0);
+		return -1;
+	}
+	while (ok && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+		if (close_intent(st) == -1)
+			ok = 0;
+		else
+			n++;
+	}
+	if (ok && rc != SQLITE_DONE) {
+		log_warnx("audit: %s", sqlite3_errmsg(store_db()));
+		ok = 0;
+	}
+	sqlite3_finalize(st);
+	if (audit_end(ok) == -1 || !ok)
+		return -1;
+	if (n > 0)
+		log_warnx("audit: %u tool call(s) were running when the broker "
+		    "stopped; their outcome is recorded as unknown", n);
+	return (int)n;
+}
+
 /* ---- verifying ---- */
 
 struct verify {

@@ -73,6 +73,7 @@ int64_t	audit_append(const char *kind, const char *user, const char *tenant,
  */
 int	audit_begin(void);
 int	audit_end(int ok);
+int	audit_close_open_intents(void);
 
 /*
  * Group commit.  audit_append_async queues a row; every row queued during

@@ -1,0 +1,517 @@
+"""Fault injection: what a user sees when a part fails, and that nothing
+else is affected and nothing is lost.
+
+Each fault is one row of the "Faults" table in docs/SECURITY.md.  After
+each: another user's chat works, `mcpbrokerctl audit verify` passes, and
+every tool call that was allowed to run has an outcome row.  Python MCP
+servers only (tests/fixtures/hostile_mcp_server.py), no Node.
+"""
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import tempfile
+import threading
+import time
+import unittest
+
+from broker import Broker, pid_alive, wait_for
+from llmfixtures import KEY, PROVIDERS, FakeLLM, sse_events
+from mcpfixtures import HOSTILE
+
+USERS = ("alice", "bob")
+
+
+def q(path):
+    return '"%s"' % path
+
+
+def server_block(name, mode, log=None, extra=""):
+    env = ' env "HOSTILE_LOG"' if log else ""
+    return ('server "%s" { command "python3" %s "%s"%s %s }\n'
+            % (name, q(HOSTILE), mode, env, extra))
+
+
+def shared_log():
+    """A HOSTILE_LOG file the server instances (nobody) can write."""
+    fd, path = tempfile.mkstemp(prefix="mcpbroker-faults-", suffix=".log")
+    os.close(fd)
+    os.chmod(path, 0o666)
+    return path
+
+
+def read(path):
+    with open(path) as f:
+        return f.read()
+
+
+class FaultBase(unittest.TestCase):
+    """A daemon with two users; `llm` is the faulty provider, `calm` the
+    bystander's, each its own fake so that their scripts do not mix."""
+
+    servers = ""
+    limits = "limits { tool-timeout 2s llm-timeout 2s }"
+
+    def start_broker(self, body, users=USERS, wrap=None):
+        self.b = Broker(body)
+        self.addCleanup(self.b.stop)
+        if wrap is not None:
+            self.b.wrap = wrap(self.b)
+        self.b.start()
+        self.keys = {u: self.b.ctl("user", "add", u).stdout.split()[-1]
+                     for u in users}
+        return self.b
+
+    def setUp(self):
+        self.llm = FakeLLM()
+        self.addCleanup(self.llm.stop)
+        self.calm = FakeLLM()
+        self.addCleanup(self.calm.stop)
+        os.environ["FAKE_LLM_KEY"] = KEY
+        self.hlog = shared_log()
+        self.addCleanup(os.unlink, self.hlog)
+        os.environ["HOSTILE_LOG"] = self.hlog
+        self.start_broker(self.config())
+
+    def config(self):
+        return ('auth { api-keys }\n'
+                'provider "llm" { %s }\nprovider "calm" { %s }\n%s%s\n'
+                'allow tool "*"\n'
+                % (PROVIDERS["openai"] % self.llm.port,
+                   PROVIDERS["openai"] % self.calm.port, self.servers,
+                   self.limits))
+
+    def headers(self, user):
+        return {"Authorization": "Bearer " + self.keys[user],
+                "Content-Type": "application/json"}
+
+    def post(self, user, path, body, timeout=30):
+        status, _, data = self.b.request("POST", path, json.dumps(body),
+                                         self.headers(user), timeout=timeout)
+        return status, json.loads(data) if data else None
+
+    def connect(self, user, provider):
+        status, doc = self.post(user, "/llmchat/connect",
+                                {"provider": provider})
+        self.assertEqual(status, 200, doc)
+
+    def stream(self, user, message):
+        """SSE chat: (status, [(event, data)])."""
+        import http.client
+        conn = http.client.HTTPConnection("127.0.0.1", self.b.port,
+                                          timeout=60)
+        conn.request("POST", "/llmchat/chat",
+                     json.dumps({"message": message}), self.headers(user))
+        r = conn.getresponse()
+        if r.getheader("Content-Type", "").startswith("application/json"):
+            return r.status, json.loads(r.read())
+        events, event, data = [], None, []
+        for line in r:
+            line = line.decode().rstrip("\r\n")
+            if line == "":
+                if event is not None:
+                    events.append((event, json.loads("\n".join(data))))
+                event, data = None, []
+            elif line.startswith("event:"):
+                event = line[6:].strip()
+            elif line.startswith("data:"):
+                data.append(line[5:].strip())
+        conn.close()
+        return r.status, events
+
+    def bystander_chats(self, user="bob"):
+        """Another user's whole chat on the calm provider: it works."""
+        self.calm.script({"text": "all quiet"})
+        status, doc = self.post(user, "/llmchat/chat",
+                                {"message": "anything wrong?",
+                                 "streaming": False})
+        self.assertEqual(status, 200, doc)
+        self.assertEqual(doc["content"], "all quiet")
+
+    def audit_rows(self):
+        out = self.b.ctl("audit", "export", "--format", "jsonl").stdout
+        return [json.loads(line) for line in out.splitlines() if line]
+
+    def assert_nothing_lost(self):
+        """The chain verifies, and every call that ran has its outcome."""
+        r = self.b.ctl("audit", "verify", check=False)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        rows = self.audit_rows()
+        ran = {r["id"] for r in rows if r["kind"] == "tool_call"
+               and r["detail"].get("decision") == "allow"}
+        ended = {r["detail"]["intent"] for r in rows
+                 if r["kind"] == "tool_result"}
+        self.assertEqual(ran - ended, set(), "intents without an outcome")
+        return rows
+
+    def history(self, user):
+        status, _, data = self.b.request("GET", "/llmchat/history",
+                                         headers=self.headers(user))
+        self.assertEqual(status, 200, data)
+        return json.loads(data)["messages"]
+
+
+class LLMFaultTest(FaultBase):
+    """The provider's connection reset mid-stream; a provider that stops
+    answering in the middle of a stream."""
+
+    def setUp(self):
+        super().setUp()
+        self.connect("alice", "llm")
+        self.connect("bob", "calm")
+
+    def during(self, fault, message):
+        """alice's chat meets the fault while bob chats; both results."""
+        self.llm.script(fault, {"text": "recovered"})
+        got = {}
+        t = threading.Thread(target=lambda: got.update(
+            alice=self.stream("alice", message)))
+        t.start()
+        time.sleep(0.3)
+        self.bystander_chats()
+        t.join(30)
+        return got["alice"]
+
+    def check_recovers(self):
+        status, doc = self.post("alice", "/llmchat/chat",
+                                {"message": "again", "streaming": False})
+        self.assertEqual(status, 200, doc)
+        self.assertEqual(doc["content"], "recovered")
+        said = [m["content"] for m in self.history("alice")
+                if m["role"] == "user"]
+        self.assertEqual(said[-1], "again")
+        self.assert_nothing_lost()
+
+    def test_connection_reset_mid_stream(self):
+        status, events = self.during({"text": "word " * 50,
+                                      "reset_after_chunks": 5,
+                                      "chunk_delay_ms": 60}, "talk")
+        self.assertEqual(status, 200)
+        kinds = [e for e, _ in events]
+        self.assertIn("token", kinds)       # it broke mid-stream
+        self.assertEqual(kinds[-1], "error")
+        err = events[-1][1]
+        self.assertIn(err["code"], ("provider_unreachable", "provider_error"))
+        self.assertTrue(err["recoverable"])
+        self.assertEqual(self.llm.requests()[0]["status"], "reset")
+        self.check_recovers()
+
+    def test_provider_silent_mid_stream(self):
+        status, events = self.during({"text": "word " * 50,
+                                      "hang_after_chunks": 3}, "talk")
+        self.assertEqual(events[-1][0], "error")
+        self.assertEqual(events[-1][1]["code"], "provider_timeout")
+        self.assertIn("token", [e for e, _ in events])
+        self.check_recovers()
+
+
+class MCPFaultTest(FaultBase):
+    """A server killed in the middle of a call; a server that never
+    answers one."""
+
+    servers = (server_block("slow", "slow-call", log=True) +
+               server_block("crash", "exit-mid-call", log=True))
+
+    def setUp(self):
+        super().setUp()
+        self.connect("alice", "llm")
+        self.connect("bob", "calm")
+
+    def instance_pids(self, mode):
+        return [int(line.split("pid=")[1]) for line in
+                read(self.hlog).splitlines()
+                if "start mode=%s " % mode in line]
+
+    def call_then_answer(self, tool, args, answer="done"):
+        self.llm.script({"tool_calls": [{"name": tool, "arguments": args}]},
+                        {"echo_tool_result": True})
+        return self.stream("alice", "use " + tool)
+
+    def tool_error(self, events):
+        errs = [d for e, d in events if e == "tool_error"]
+        self.assertEqual(len(errs), 1, events)
+        self.assertEqual(events[-1][0], "final", events)
+        return errs[0]["error"]
+
+    def outcome_of(self, tool):
+        rows = self.assert_nothing_lost()
+        intent = [r for r in rows if r["kind"] == "tool_call"
+                  and r["detail"].get("tool") == tool][-1]
+        return [r["detail"] for r in rows if r["kind"] == "tool_result"
+                and r["detail"]["intent"] == intent["id"]][0]
+
+    def test_server_exits_mid_call(self):
+        # test_mcp_worker covers `server call`; here it is a model's call.
+        status, events = self.call_then_answer("crash__echo",
+                                               {"text": "x"})
+        self.assertIn('server "crash" exited with status 3',
+                      self.tool_error(events))
+        self.bystander_chats()
+        self.assertEqual(self.outcome_of("echo")["outcome"], "error")
+        wait_for(lambda: self.b.get("/readyz")[0] == 200, timeout=15,
+                 what="the server back")
+
+    def test_server_killed_mid_call(self):
+        [pid] = self.instance_pids("slow-call")
+        got = {}
+        t = threading.Thread(target=lambda: got.update(r=self.call_then_answer(
+            "slow__slow", {})))
+        t.start()
+        wait_for(lambda: "slow-call start" in read(self.hlog), timeout=10,
+                 what="the call reaching the server")
+        os.killpg(os.getpgid(pid), signal.SIGKILL)
+        t.join(30)
+        status, events = got["r"]
+        self.assertRegex(self.tool_error(events),
+                         r'server "slow" (exited|killed by signal 9)')
+        self.bystander_chats()
+        self.assertEqual(self.outcome_of("slow")["outcome"], "error")
+        # The catalog instance comes back and serves the next call.
+        wait_for(lambda: len(self.instance_pids("slow-call")) == 2,
+                 timeout=15, what="a new instance")
+        wait_for(lambda: self.b.get("/readyz")[0] == 200, timeout=15,
+                 what="readiness")
+        status, events = self.call_then_answer("slow__echo", {"text": "up"})
+        self.assertEqual(events[-1][1]["content"], "up")
+
+    def test_hung_server_times_out_and_is_not_wedged(self):
+        status, events = self.call_then_answer("slow__slow", {})
+        self.assertIn("timed out after 2000 ms", self.tool_error(events))
+        # The turn went on: the model got the error and answered.
+        self.assertIn("timed out", events[-1][1]["content"])
+        self.assertEqual(self.outcome_of("slow")["outcome"], "error")
+        # The server was told, and the same instance serves the next call.
+        wait_for(lambda: "cancelled id=" in read(self.hlog), timeout=5,
+                 what="notifications/cancelled")
+        status, events = self.call_then_answer("slow__echo", {"text": "ok"})
+        self.assertEqual(events[-1][1]["content"], "ok")
+        self.assertEqual(len(self.instance_pids("slow-call")), 1)
+        self.bystander_chats()
+
+
+@unittest.skipUnless(os.geteuid() == 0, "mounting a tmpfs needs root")
+class DiskFullTest(FaultBase):
+    """The state directory on a 4 MiB tmpfs, in a mount namespace of the
+    daemon's own, filled to the last byte."""
+
+    servers = server_block("h", "ok", log=True)
+
+    def setUp(self):
+        self.llm = FakeLLM()
+        self.addCleanup(self.llm.stop)
+        self.calm = FakeLLM()
+        self.addCleanup(self.calm.stop)
+        os.environ["FAKE_LLM_KEY"] = KEY
+        self.hlog = shared_log()
+        self.addCleanup(os.unlink, self.hlog)
+        os.environ["HOSTILE_LOG"] = self.hlog
+
+        def wrap(b):
+            state = os.path.join(b.dir, "state")
+            os.makedirs(state, 0o750)
+            return ["unshare", "-m", "--propagation", "private", "sh", "-c",
+                    'mount -t tmpfs -o size=4m,mode=0750 tmpfs "$0" && '
+                    'exec "$@"', state]
+        self.start_broker(self.config(), wrap=wrap)
+        # The test sees the tmpfs through the daemon's root.
+        self.state = "/proc/%d/root%s/state" % (self.b.proc.pid, self.b.dir)
+        self.assertTrue(os.path.exists(os.path.join(self.state,
+                                                    "mcpbroker.db")))
+        self.connect("alice", "llm")
+        self.connect("bob", "calm")
+
+    def fill(self):
+        """Fill the 4 MiB tmpfs; never more than 8 MiB anywhere else."""
+        path = os.path.join(self.state, "filler")
+        written = 0
+        with open(path, "wb", buffering=0) as f:
+            for size in (65536, 1):     # then the last bytes
+                try:
+                    while written < 8 << 20:
+                        written += f.write(b"\0" * size)
+                except OSError:
+                    pass
+        if written >= 8 << 20:
+            os.unlink(path)
+            self.fail("the state directory is not on the small tmpfs")
+        return path
+
+    def test_tool_call_refused_when_the_audit_cannot_be_written(self):
+        filler = self.fill()
+        self.llm.script({"tool_calls": [{"name": "h__echo",
+                                         "arguments": {"text": "x"}}]},
+                        {"echo_tool_result": True})
+        status, events = self.stream("alice", "call it")
+        self.assertEqual(status, 200)
+        errs = [d["error"] for e, d in events if e == "tool_error"]
+        self.assertEqual(len(errs), 1, events)
+        self.assertIn("the audit trail cannot be written", errs[0])
+        self.assertNotIn("tool_end", [e for e, _ in events])
+        # The turn ends cleanly: an answer or an error event, no hang.
+        self.assertIn(events[-1][0], ("final", "error"))
+        # The server never saw the call.
+        self.assertNotIn("tools/call", read(self.hlog))
+        self.assertRegex(self.b.log(), r"database or disk is full")
+        # Nothing crashed, and the bystander is served (not stored).
+        procs = self.b.processes()
+        self.assertTrue(all(p["restarts"] == 0 for p in procs.values()),
+                        procs)
+        self.bystander_chats()
+        # Space again: everything works, and the chain verifies.
+        os.unlink(filler)
+        self.llm.script({"tool_calls": [{"name": "h__echo",
+                                         "arguments": {"text": "back"}}]},
+                        {"echo_tool_result": True})
+        status, events = self.stream("alice", "call it again")
+        self.assertEqual(events[-1][0], "final", events)
+        self.assertEqual(events[-1][1]["content"], "back")
+        self.assertIn("tools/call", read(self.hlog))
+        rows = self.assert_nothing_lost()
+        calls = [r for r in rows if r["kind"] == "tool_call"]
+        self.assertEqual(len(calls), 1)     # the refused one left no row
+        self.assertEqual(self.history("alice")[-1]["content"], "back")
+
+
+class ControllerKilledTest(FaultBase):
+    """SIGKILL to the controller while many chats write."""
+
+    servers = server_block("h", "slow-call", log=True)
+    limits = "limits { tool-timeout 30s }"
+    users = ["u%d" % i for i in range(8)]
+
+    def setUp(self):
+        self.llm = FakeLLM()
+        self.addCleanup(self.llm.stop)
+        self.calm = self.llm
+        os.environ["FAKE_LLM_KEY"] = KEY
+        os.environ["HOSTILE_SLOW_SECONDS"] = "1"
+        self.addCleanup(os.environ.pop, "HOSTILE_SLOW_SECONDS")
+        self.hlog = shared_log()
+        self.addCleanup(os.unlink, self.hlog)
+        os.environ["HOSTILE_LOG"] = self.hlog
+        self.start_broker(self.config(), users=self.users)
+
+    def chat_forever(self, user, stop):
+        while not stop.is_set():
+            try:
+                self.connect(user, "llm")
+                self.stream(user, "work")
+            except Exception:
+                return
+
+    def test_database_and_trail_survive(self):
+        step = {"tool_calls": [{"name": "h__echo", "arguments": {"text": "a"}},
+                               {"name": "h__echo", "arguments": {"text": "b"}},
+                               {"name": "h__slow", "arguments": {}}]}
+        self.llm.script(*[step] * 2000)
+        stop = threading.Event()
+        threads = [threading.Thread(target=self.chat_forever,
+                                    args=(u, stop), daemon=True)
+                   for u in self.users]
+        for t in threads:
+            t.start()
+
+        def in_flight():
+            log = read(self.hlog)
+            return log.count("slow-call start") - \
+                log.count("slow-call done") >= 4
+        wait_for(in_flight, timeout=20, what="slow calls in flight")
+        time.sleep(0.2)
+        ctl = self.b.processes()["controller"]["pid"]
+        os.kill(ctl, signal.SIGKILL)
+        self.assertNotEqual(self.b.wait_exit(timeout=15), 0)   # fail closed
+        stop.set()
+        for t in threads:
+            t.join(30)
+        db = os.path.join(self.b.dir, "state", "mcpbroker.db")
+        # The database as the crash left it (WAL and all) is consistent.
+        copy = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, copy, True)
+        for suffix in ("", "-wal", "-shm"):
+            if os.path.exists(db + suffix):
+                shutil.copy(db + suffix, os.path.join(copy, "c.db" + suffix))
+        con = sqlite3.connect(os.path.join(copy, "c.db"))
+        self.assertEqual(con.execute("PRAGMA integrity_check").fetchall(),
+                         [("ok",)])
+        open_ = con.execute(
+            "SELECT count(*) FROM audit c WHERE kind = 'tool_call' AND "
+            "json_extract(detail, '$.decision') = 'allow' AND id NOT IN "
+            "(SELECT json_extract(detail, '$.intent') FROM audit "
+            "WHERE kind = 'tool_result')").fetchone()[0]
+        con.close()
+        self.assertGreater(open_, 0, "no call was running at the kill")
+        # Restarted: each call left running is closed as unknown, once.
+        self.llm.reset()
+        self.b.start()
+        self.b.wait_log(r"audit: %d tool call\(s\) were running when the "
+                        r"broker stopped" % open_)
+        rows = self.assert_nothing_lost()
+        unknown = [r for r in rows if r["kind"] == "tool_result"
+                   and r["detail"]["outcome"] == "unknown"]
+        self.assertEqual(len(unknown), open_)
+        self.assertIn("broker stopped", unknown[0]["detail"]["reason"])
+        self.b.signal(signal.SIGTERM)
+        self.assertEqual(self.b.wait_exit(), 0)
+        self.b.start()
+        self.assertEqual(len(self.audit_rows()), len(rows))
+        # The conversations are there, and a new chat works.
+        self.connect("u0", "llm")
+        status, doc = self.post("u0", "/llmchat/chat",
+                                {"message": "hello", "streaming": False})
+        self.assertEqual(status, 200, doc)
+        status, _, data = self.b.request("GET", "/api/v1/conversations",
+                                         headers=self.headers("u0"))
+        self.assertEqual(status, 200, data)
+        self.assertGreater(len(json.loads(data)["conversations"]), 1)
+
+
+class CrashLoopTest(FaultBase):
+    """A worker that keeps dying: degraded after 5 exits in 60 s, with a
+    warning and one audit row, and ready again once it stays up."""
+
+    servers = server_block("flaky", "ok") + server_block("steady", "ok")
+
+    def setUp(self):
+        self.llm = self.calm = FakeLLM()
+        self.addCleanup(self.llm.stop)
+        os.environ["FAKE_LLM_KEY"] = KEY
+        self.start_broker(self.config(), users=())
+
+    def server(self, name):
+        status, doc = self.b.get("/readyz")
+        return status, [s for s in doc["servers"] if s["name"] == name][0]
+
+    def test_crash_loop_is_degraded_then_recovers(self):
+        for i in range(5):
+            pid = wait_for(lambda: self.b.processes()["worker flaky"]["pid"]
+                           if self.b.processes()["worker flaky"]["state"] ==
+                           "running" else 0, timeout=30, what="the worker")
+            os.kill(pid, signal.SIGKILL)
+            wait_for(lambda: not pid_alive(pid), what="the worker gone")
+        self.b.wait_log(r"server flaky is crash-looping: 5 exits in 60 s; "
+                        r"last: worker killed by signal 9")
+        status, flaky = self.server("flaky")
+        self.assertEqual(status, 503)
+        self.assertTrue(flaky["crash_loop"])
+        self.assertIn("crash-looping", flaky["error"])
+        self.assertEqual(self.server("steady")[1]["state"], "ready")
+        # Back up, still degraded: up is not yet stable.
+        wait_for(lambda: self.server("flaky")[1]["state"] == "degraded",
+                 timeout=25, what="degraded while up")
+        self.assertEqual(self.b.get("/readyz")[0], 503)
+        r = self.b.ctl("server", "call", "steady", "echo", '{"text":"hi"}')
+        self.assertIn("hi", r.stdout)
+        trail = self.b.ctl("audit", "show", "-k", "system").stdout
+        self.assertEqual(trail.count("crash_loop"), 1, trail)
+        # Ready once it has stayed up.
+        wait_for(lambda: self.b.get("/readyz")[0] == 200, timeout=40,
+                 what="ready again")
+        self.b.wait_log(r"server flaky: no longer crash-looping")
+        self.assertNotIn("crash_loop", self.server("flaky")[1])
+        self.assertEqual(self.b.ctl("audit", "verify",
+                                    check=False).returncode, 0)
+
+
+if __name__ == "__main__":
+    unittest.main()
