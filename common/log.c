@@ -68,6 +68,9 @@ log_line(int priority, const char *line)
 	errno = saved_errno;
 }
 
+static void	vlog(int, int, const char *, va_list)
+		    __attribute__((format(printf, 3, 0)));
+
 /*
  * Length of the UTF-8 sequence at s if it is a well-formed one for a
  * character that is not a C1 control, else 0.  A terminal may act on a C1

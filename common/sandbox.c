@@ -266,7 +266,7 @@ static void
 sandbox_allow_fionread(scmp_filter_ctx ctx)
 {
 	if (seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(ioctl), 1,
-	    SCMP_A1(SCMP_CMP_EQ, FIONREAD)) < 0)
+	    SCMP_A1(SCMP_CMP_EQ, FIONREAD, 0)) < 0)
 		fatalx("seccomp_rule_add(ioctl)");
 }
 

@@ -214,13 +214,15 @@ json_numbers_ok(struct json_object *o, int depth)
 	case json_type_int:
 		return json_object_get_int64(o) != INT64_MIN &&
 		    json_object_get_uint64(o) != UINT64_MAX;
-	case json_type_object:
+	case json_type_object: {
+		/* A block: the foreach declares, and C11 lets no label do so. */
 		json_object_object_foreach(o, key, v) {
 			(void)key;
 			if (!json_numbers_ok(v, depth + 1))
 				return 0;
 		}
 		return 1;
+	}
 	case json_type_array:
 		n = json_object_array_length(o);
 		for (i = 0; i < n; i++)

@@ -55,7 +55,7 @@ instance_signal(pid_t pid, int sig)
 /* ---- in the child, between fork and exec ---- */
 
 /* Report why the child could not start, then die; the parent reads it. */
-static void __attribute__((noreturn))
+static void __attribute__((noreturn, format(printf, 2, 3)))
 child_fail(int status_fd, const char *fmt, ...)
 {
 	char	buf[256];
