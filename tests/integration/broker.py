@@ -41,6 +41,20 @@ def wait_for(predicate, timeout=10.0, interval=0.05, what="condition"):
                          % (timeout, what, last))
 
 
+# What the ASan, LSan and UBSan runtimes print when they find something,
+# in any process of the daemon: in a sanitizer build a child that trips
+# one dies and is restarted, so only its report tells.
+SANITIZER_REPORT = re.compile(
+    r"^==\d+==ERROR: (Address|Leak)Sanitizer|^\S+:\d+:\d+: runtime error: ",
+    re.M)
+
+
+def sanitizer_report(log):
+    """The sanitizer report in a log, from its first line, or None."""
+    m = SANITIZER_REPORT.search(log)
+    return log[m.start():m.start() + 4000] if m else None
+
+
 def pid_alive(pid):
     try:
         with open("/proc/%d/status" % pid) as f:
@@ -146,6 +160,10 @@ class Broker:
             self.proc.stderr.close()
             self._log_thread = None
         shutil.rmtree(self.dir, ignore_errors=True)
+        report = sanitizer_report(self.log())
+        if report is not None:
+            raise AssertionError("a sanitizer report in the daemon's "
+                                 "log:\n" + report)
 
     def __enter__(self):
         return self
@@ -182,6 +200,9 @@ class Broker:
     def ctl(self, *args, check=True):
         r = subprocess.run([MCPBROKERCTL, "-s", self.sock] + list(args),
                            capture_output=True, text=True, timeout=30)
+        if sanitizer_report(r.stderr) is not None:
+            raise AssertionError("a sanitizer report from mcpbrokerctl:\n"
+                                 + sanitizer_report(r.stderr))
         if check and r.returncode != 0:
             raise AssertionError("mcpbrokerctl %s: %d\n%s%s"
                                  % (" ".join(args), r.returncode, r.stdout,

@@ -5,7 +5,7 @@ import subprocess
 import threading
 import time
 
-from broker import MCPBROKERCTL
+from broker import MCPBROKERCTL, sanitizer_report
 
 SRC = os.environ.get("MCPBROKER_SRC",
                      os.path.join(os.path.dirname(__file__), "../.."))
@@ -91,6 +91,9 @@ def ctl_mcp(op, target, *rest, timeout_ms=None, env_names=(), env=None,
         out, err = proc.communicate()
         raise
     t.join()
+    if sanitizer_report(err) is not None:
+        raise AssertionError("a sanitizer report from mcpbrokerctl:\n"
+                             + sanitizer_report(err))
     return Result(proc.returncode, out, err, peak[0])
 
 
