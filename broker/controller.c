@@ -125,6 +125,8 @@ static int	controller_recv_server_notify(struct peer *, struct msg *,
 		    struct json_object *);
 static int	controller_recv_admin(struct peer *, struct msg *,
 		    struct json_object *);
+static int	controller_recv_backup(struct peer *, struct msg *,
+		    struct json_object *);
 static void	audit_system(const char *, const char *, const char *,
 		    const char *);
 static int	controller_recv_http_req(struct peer *, struct msg *,
@@ -140,6 +142,7 @@ static const struct dispatch controller_dispatch_parent[] = {
 	{ MSG_START, child_recv_start, 0 },
 	{ MSG_WORKER_DOWN, controller_recv_worker_down, 0 },
 	{ MSG_ADMIN_REQ, controller_recv_admin, 0 },
+	{ MSG_ADMIN_BACKUP, controller_recv_backup, DISPATCH_FD },
 	{ MSG_CONNECTED, child_recv_connected, DISPATCH_FD },
 	{ MSG_CONNECT_FAILED, child_recv_connect_failed, 0 },
 	DISPATCH_END
@@ -1199,6 +1202,51 @@ controller_configure(struct mcpbroker_conf *conf, int reload)
 		audit_system("config_reloaded", "servers", NULL, NULL);
 	/* Conversations past their retention go now, then every day. */
 	conv_retention_start(child_base());
+	return 0;
+}
+
+static void
+backup_done(const char *error, int64_t pages, int64_t bytes, void *arg)
+{
+	uint64_t		 id = (uint64_t)(uintptr_t)arg;
+	struct json_object	*r;
+
+	if (error != NULL) {
+		admin_error(id, error);
+		return;
+	}
+	r = json_object_new_object();
+	json_object_object_add(r, "ok", json_object_new_boolean(1));
+	json_object_object_add(r, "pages", json_object_new_int64(pages));
+	json_object_object_add(r, "bytes", json_object_new_int64(bytes));
+	admin_reply(id, r);
+}
+
+/*
+ * `mcpbrokerctl backup FILE`: the database copied into the file it opened.
+ * Recorded first, so the copy holds the row that says it was made; no
+ * row, no copy.
+ */
+static int
+controller_recv_backup(struct peer *p, struct msg *m, struct json_object *o)
+{
+	struct json_object	*d;
+	char			 why[256];
+	int64_t			 row;
+
+	(void)p;
+	(void)o;
+	d = json_object_new_object();
+	json_object_object_add(d, "op", json_object_new_string("backup"));
+	row = audit_append(AUDIT_KIND_ADMIN, NULL, NULL, d);
+	json_object_put(d);
+	if (row == -1) {
+		close(m->m_fd);
+		admin_error(m->m_hdr.mh_id, "the audit trail cannot be written; "
+		    "no backup");
+	} else if (store_backup(child_base(), m->m_fd, backup_done,
+	    (void *)(uintptr_t)m->m_hdr.mh_id, why, sizeof(why)) == -1)
+		admin_error(m->m_hdr.mh_id, why);
 	return 0;
 }
 

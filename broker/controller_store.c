@@ -5,14 +5,19 @@
  * KEY_ID_LEN characters name the key for lookup; the hash is compared in
  * constant time.
  */
+#include <sys/fsuid.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
+#include <event2/event.h>
 #include <json-c/json.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -23,6 +28,8 @@
 #include "common/log.h"
 
 static sqlite3 *db;
+/* Where an online backup is made before it goes to its file. */
+static char staging[4096 + 16];
 
 /* Each migration takes the schema from its index to the next version. */
 static const char *const migrations[] = {
@@ -178,11 +185,59 @@ schema_version(void)
 	return v;
 }
 
+/*
+ * Copy the whole database to path with SQLite's backup API (which copies
+ * what the WAL holds too): written under a temporary name, synced, then
+ * renamed, so that a file at path is always a whole copy.
+ */
+static int
+copy_database(const char *path)
+{
+	char		 tmp[4096 + 8];
+	sqlite3		*dst = NULL;
+	sqlite3_backup	*bk;
+	int		 rc;
+
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	(void)unlink(tmp);
+	if (sqlite3_open_v2(tmp, &dst, SQLITE_OPEN_READWRITE |
+	    SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK ||
+	    (bk = sqlite3_backup_init(dst, "main", db, "main")) == NULL) {
+		log_warnx("database copy %s: %s", tmp, dst != NULL ?
+		    sqlite3_errmsg(dst) : "cannot open");
+		goto fail;
+	}
+	rc = sqlite3_backup_step(bk, -1);
+	(void)sqlite3_backup_finish(bk);
+	/* The copy says WAL, as ours does: one file is a better copy. */
+	if (rc == SQLITE_DONE)
+		rc = sqlite3_exec(dst, "PRAGMA journal_mode = DELETE;", NULL,
+		    NULL, NULL) == SQLITE_OK ? SQLITE_DONE : SQLITE_ERROR;
+	if (rc != SQLITE_DONE) {
+		log_warnx("database copy %s: %s", tmp, sqlite3_errstr(rc));
+		goto fail;
+	}
+	if (sqlite3_close(dst) != SQLITE_OK) {
+		dst = NULL;
+		goto fail;
+	}
+	if (rename(tmp, path) == -1) {
+		log_warn("database copy %s", path);
+		(void)unlink(tmp);
+		return -1;
+	}
+	return 0;
+ fail:
+	sqlite3_close(dst);
+	(void)unlink(tmp);
+	return -1;
+}
+
 /* Bring an older database up to date, one step per transaction. */
 static int
 migrate(void)
 {
-	char	pragma[64];
+	char	pragma[64], copy[4096];
 	int	v;
 
 	if ((v = schema_version()) < 0)
@@ -191,6 +246,22 @@ migrate(void)
 		log_warnx("database schema %d is newer than this mcpbroker "
 		    "(%d)", v, SCHEMA_VERSION);
 		return -1;
+	}
+	/*
+	 * A database with data in it is copied as it is before the first
+	 * step changes it (mcpbroker.db.bak-vN, N its version): the way
+	 * back if the new version has to go.  No copy, no migration.
+	 */
+	if (v > 0 && v < SCHEMA_VERSION) {
+		snprintf(copy, sizeof(copy), "%s.bak-v%d",
+		    sqlite3_db_filename(db, "main"), v);
+		if (copy_database(copy) == -1) {
+			log_warnx("database: no copy of schema version %d, so "
+			    "no migration", v);
+			return -1;
+		}
+		log_info("database: schema version %d copied to %s before "
+		    "migrating", v, copy);
 	}
 	for (; v < SCHEMA_VERSION; v++) {
 		snprintf(pragma, sizeof(pragma), "PRAGMA user_version = %d;",
@@ -205,12 +276,45 @@ migrate(void)
 	return 0;
 }
 
-int
-store_open(const char *state_dir)
+/*
+ * Started as root, the controller opens its database before it gives up
+ * root.  It does so with the file-system identity of the state directory's
+ * owner (the configured user: the parent gave the directory to it), so
+ * that the files it makes are that user's, and root needs no right over
+ * another user's directory: the systemd unit grants no CAP_DAC_OVERRIDE.
+ * The database files an older version made as root are handed over first
+ * (that needs no more than CAP_CHOWN).  0: nothing to change.
+ */
+static int
+owner_identity(const char *state_dir, uid_t *uid, gid_t *gid)
 {
-	char path[4096];
+	static const char *const files[] = { STORE_FILE, STORE_FILE "-wal",
+	    STORE_FILE "-shm" };
+	struct stat	st;
+	size_t		i;
+	int		dfd;
 
-	snprintf(path, sizeof(path), "%s/mcpbroker.db", state_dir);
+	if (geteuid() != 0 || stat(state_dir, &st) == -1 || st.st_uid == 0)
+		return 0;
+	*uid = st.st_uid;
+	*gid = st.st_gid;
+	if ((dfd = open(state_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) != -1) {
+		for (i = 0; i < sizeof(files) / sizeof(files[0]); i++)
+			if (fstatat(dfd, files[i], &st, AT_SYMLINK_NOFOLLOW) ==
+			    0 && S_ISREG(st.st_mode) && st.st_uid != *uid &&
+			    fchownat(dfd, files[i], *uid, *gid,
+			    AT_SYMLINK_NOFOLLOW) == -1)
+				log_warn("database: chown %s", files[i]);
+		close(dfd);
+	}
+	return 1;
+}
+
+static void	staging_remove(void);
+
+static int
+open_database(const char *path)
+{
 	if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE |
 	    SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
 		log_warnx("database %s: %s", path, db != NULL ?
@@ -226,6 +330,239 @@ store_open(const char *state_dir)
 	    exec("PRAGMA synchronous = FULL;") == -1 ||
 	    exec("PRAGMA foreign_keys = ON;") == -1 || migrate() == -1)
 		return -1;
+	/* What a backup that did not finish left behind. */
+	snprintf(staging, sizeof(staging), "%s.backup-tmp", path);
+	staging_remove();
+	return 0;
+}
+
+int
+store_open(const char *state_dir)
+{
+	char	path[4096];
+	uid_t	uid;
+	gid_t	gid;
+	int	rv, as_owner;
+
+	snprintf(path, sizeof(path), "%s/" STORE_FILE, state_dir);
+	if ((as_owner = owner_identity(state_dir, &uid, &gid))) {
+		(void)setfsgid(gid);
+		(void)setfsuid(uid);
+	}
+	rv = open_database(path);
+	if (as_owner) {
+		(void)setfsuid(geteuid());
+		(void)setfsgid(getegid());
+	}
+	return rv;
+}
+
+/*
+ * Online backup (mcpbrokerctl backup).  SQLite's backup API copies the
+ * database into a staging file beside it, BACKUP_PAGES pages per pass of
+ * the event loop so that conversations go on meanwhile: a change made
+ * through our connection (the only one) between two steps is carried into
+ * the copy, which is therefore the database as it was when the last step
+ * ran.  The staging file is then copied into the file mcpbrokerctl opened
+ * and sent us, BACKUP_CHUNK bytes a pass, synced, and removed.
+ */
+#define BACKUP_PAGES	256		/* 1 MiB of 4 KiB pages */
+#define BACKUP_CHUNK	(1024 * 1024)
+
+struct backup {
+	struct event	*b_ev;
+	sqlite3		*b_dst;
+	sqlite3_backup	*b_bk;
+	int		 b_fd;		/* the file to fill */
+	int		 b_src;		/* the finished staging file */
+	int64_t		 b_pages;
+	int64_t		 b_bytes;
+	store_backup_fn	 b_done;
+	void		*b_arg;
+};
+static struct backup *backup;
+
+static void
+staging_remove(void)
+{
+	char journal[sizeof(staging) + 8];
+
+	snprintf(journal, sizeof(journal), "%s-journal", staging);
+	(void)unlink(staging);
+	(void)unlink(journal);
+}
+
+static void
+backup_end(struct backup *b, const char *error)
+{
+	if (b->b_bk != NULL)
+		(void)sqlite3_backup_finish(b->b_bk);
+	sqlite3_close(b->b_dst);
+	if (b->b_src != -1)
+		close(b->b_src);
+	close(b->b_fd);
+	staging_remove();
+	event_free(b->b_ev);
+	backup = NULL;
+	if (error != NULL)
+		log_warnx("backup: %s", error);
+	else
+		log_info("backup: %lld pages, %lld bytes", (long long)b->b_pages,
+		    (long long)b->b_bytes);
+	b->b_done(error, b->b_pages, b->b_bytes, b->b_arg);
+	free(b);
+}
+
+static void
+backup_again(struct backup *b, int ms)
+{
+	struct timeval tv = { 0, ms * 1000 };
+
+	evtimer_add(b->b_ev, &tv);
+}
+
+/* Up to BACKUP_CHUNK bytes of the staging file into the destination. */
+static void
+backup_copy(struct backup *b)
+{
+	static char	 buf[65536];
+	char		 why[128];
+	ssize_t		 n, w;
+	size_t		 done, off;
+
+	for (done = 0; done < BACKUP_CHUNK; done += (size_t)n) {
+		if ((n = read(b->b_src, buf, sizeof(buf))) == -1 &&
+		    errno == EINTR) {
+			n = 0;
+			continue;
+		}
+		if (n == -1) {
+			snprintf(why, sizeof(why), "reading the copy: %s",
+			    strerror(errno));
+			backup_end(b, why);
+			return;
+		}
+		if (n == 0) {
+			if (fsync(b->b_fd) == -1) {
+				snprintf(why, sizeof(why), "fsync: %s",
+				    strerror(errno));
+				backup_end(b, why);
+			} else
+				backup_end(b, NULL);
+			return;
+		}
+		for (off = 0; off < (size_t)n; off += (size_t)w)
+			if ((w = write(b->b_fd, buf + off, (size_t)n - off)) ==
+			    -1) {
+				if (errno == EINTR) {
+					w = 0;
+					continue;
+				}
+				snprintf(why, sizeof(why), "writing the backup: "
+				    "%s", strerror(errno));
+				backup_end(b, why);
+				return;
+			}
+		b->b_bytes += n;
+	}
+	backup_again(b, 0);
+}
+
+static void
+backup_run(int fd, short ev, void *arg)
+{
+	struct backup	*b = arg;
+	char		 why[256];
+	int		 rc;
+
+	(void)fd;
+	(void)ev;
+	if (b->b_bk == NULL) {
+		backup_copy(b);
+		return;
+	}
+	rc = sqlite3_backup_step(b->b_bk, BACKUP_PAGES);
+	if (rc == SQLITE_OK || rc == SQLITE_BUSY || rc == SQLITE_LOCKED) {
+		backup_again(b, rc == SQLITE_OK ? 0 : 10);
+		return;
+	}
+	b->b_pages = sqlite3_backup_pagecount(b->b_bk);
+	(void)sqlite3_backup_finish(b->b_bk);
+	b->b_bk = NULL;
+	if (rc != SQLITE_DONE) {
+		snprintf(why, sizeof(why), "copying the database: %s",
+		    sqlite3_errstr(rc));
+		backup_end(b, why);
+		return;
+	}
+	/* The copy says WAL, as ours does: one file is a better copy. */
+	rc = sqlite3_exec(b->b_dst, "PRAGMA journal_mode = DELETE;", NULL, NULL,
+	    NULL);
+	if (rc == SQLITE_OK)
+		rc = sqlite3_close(b->b_dst);
+	else
+		sqlite3_close(b->b_dst);
+	b->b_dst = NULL;
+	if (rc != SQLITE_OK || (b->b_src = open(staging, O_RDONLY |
+	    O_CLOEXEC)) == -1) {
+		snprintf(why, sizeof(why), "reading the copy: %s",
+		    rc != SQLITE_OK ? sqlite3_errstr(rc) : strerror(errno));
+		backup_end(b, why);
+		return;
+	}
+	backup_again(b, 0);
+}
+
+int
+store_backup(struct event_base *base, int fd, store_backup_fn done,
+    void *arg, char *why, size_t whylen)
+{
+	struct backup	*b;
+	struct stat	 st;
+	int		 fl;
+
+	if (db == NULL || backup != NULL) {
+		snprintf(why, whylen, "%s", db == NULL ? "the database is not "
+		    "open" : "a backup is already running");
+		close(fd);
+		return -1;
+	}
+	if (fstat(fd, &st) == -1 || !S_ISREG(st.st_mode) ||
+	    (fl = fcntl(fd, F_GETFL)) == -1 || (fl & O_ACCMODE) == O_RDONLY ||
+	    (fl & O_APPEND) != 0) {
+		snprintf(why, whylen, "the backup must go to a regular file "
+		    "opened for writing");
+		close(fd);
+		return -1;
+	}
+	if ((b = calloc(1, sizeof(*b))) == NULL ||
+	    (b->b_ev = evtimer_new(base, backup_run, b)) == NULL) {
+		free(b);
+		snprintf(why, whylen, "out of memory");
+		close(fd);
+		return -1;
+	}
+	b->b_fd = fd;
+	b->b_src = -1;
+	b->b_done = done;
+	b->b_arg = arg;
+	staging_remove();
+	if (sqlite3_open_v2(staging, &b->b_dst, SQLITE_OPEN_READWRITE |
+	    SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK ||
+	    (b->b_bk = sqlite3_backup_init(b->b_dst, "main", db, "main")) ==
+	    NULL) {
+		snprintf(why, whylen, "the copy of the database: %s",
+		    b->b_dst != NULL ? sqlite3_errmsg(b->b_dst) : "cannot open");
+		sqlite3_close(b->b_dst);
+		event_free(b->b_ev);
+		close(fd);
+		free(b);
+		staging_remove();
+		return -1;
+	}
+	backup = b;
+	log_info("backup: started");
+	backup_again(b, 0);
 	return 0;
 }
 

@@ -8,8 +8,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct event_base;
 struct json_object;
 struct sqlite3;
+
+#define STORE_FILE		"mcpbroker.db"	/* in the state directory */
 
 #define KEY_PREFIX		"mcpb_"
 #define KEY_ID_LEN		12	/* public part, for lookup */
@@ -32,6 +35,17 @@ struct sqlite3	*store_db(void);
  */
 int	store_begin(const char *sp);
 int	store_end(const char *sp, int ok);
+
+/*
+ * An online backup into fd, a regular file opened for writing (taken
+ * over, closed when done), made between the loop's other work; done runs
+ * once, when it is over (error NULL: written and synced).  -1 with why if
+ * it cannot start (one is already running, fd is not a writable file).
+ */
+typedef void	(*store_backup_fn)(const char *error, int64_t pages,
+		    int64_t bytes, void *arg);
+int	store_backup(struct event_base *, int fd, store_backup_fn done,
+	    void *arg, char *why, size_t whylen);
 
 /* A new user with a new key (written to key, KEY_MAX bytes). */
 int	store_user_add(const char *name, const char *tenant, const char *roles,

@@ -7,6 +7,7 @@
 #include <sys/un.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,6 +69,9 @@ usage(void)
 	    "signing key\n"
 	    "  audit export [--format jsonl|syslog|cef]\n"
 	    "            the whole trail on stdout, one record per line\n"
+	    "  backup FILE\n"
+	    "            a consistent copy of the database, taken while the\n"
+	    "            daemon runs, written to FILE (mode 0600)\n"
 	    "  server tools NAME\n"
 	    "            the tools the running daemon has from server NAME\n"
 	    "  server call [-u user] [-c conversation] NAME TOOL [JSON]\n"
@@ -123,11 +127,13 @@ ctl_connect(const char *path)
 	return fd;
 }
 
+/* Send one request (with fd, if not -1, which goes) and wait for the reply. */
 static struct json_object *
-ctl_request_payload(const char *path, uint16_t type, struct json_object *body)
+ctl_request_fd(const char *path, uint16_t type, struct json_object *body,
+    int sendfd)
 {
-	struct timeval	 tv = { type == MSG_CTL_ADMIN ? CTL_CALL_TIMEOUT_SEC :
-	    CTL_TIMEOUT_SEC, 0 };
+	struct timeval	 tv = { type == MSG_CTL_ADMIN || type == MSG_CTL_BACKUP ?
+	    CTL_CALL_TIMEOUT_SEC : CTL_TIMEOUT_SEC, 0 };
 	struct msgchan	*mc;
 	int		 fd;
 
@@ -139,7 +145,7 @@ ctl_request_payload(const char *path, uint16_t type, struct json_object *body)
 	const char *payload = body != NULL ? json_object_to_json_string_ext(body,
 	    JSON_C_TO_STRING_PLAIN) : "{}";
 
-	if (msgchan_compose(mc, type, 1, 0, -1, payload, strlen(payload)) ==
+	if (msgchan_compose(mc, type, 1, 0, sendfd, payload, strlen(payload)) ==
 	    -1 || msgchan_flush(mc) == -1)
 		fatal("send request");
 	event_base_loopexit(ctl.base, &tv);
@@ -150,6 +156,12 @@ ctl_request_payload(const char *path, uint16_t type, struct json_object *body)
 		fatalx("no answer from the daemon: %s",
 		    ctl.error != NULL ? ctl.error : "timed out");
 	return ctl.reply;
+}
+
+static struct json_object *
+ctl_request_payload(const char *path, uint16_t type, struct json_object *body)
+{
+	return ctl_request_fd(path, type, body, -1);
 }
 
 static struct json_object *
@@ -727,6 +739,69 @@ cmd_audit(const char *path, int argc, char *argv[])
 	return audit_export(path, format);
 }
 
+/*
+ * backup FILE: a consistent copy of the daemon's database.  The file is
+ * made here, beside FILE and with mode 0600 (it holds every conversation
+ * and key hash), and its descriptor goes to the daemon, whose controller
+ * writes the copy into it; once the daemon says the copy is whole and
+ * synced, the file takes FILE's name.  The daemon opens no path of ours.
+ */
+static char backup_tmp[4096];
+
+/* However we leave (no daemon, no answer), no half-made file stays. */
+static void
+backup_cleanup(void)
+{
+	if (backup_tmp[0] != '\0')
+		(void)unlink(backup_tmp);
+}
+
+static int
+cmd_backup(const char *path, int argc, char *argv[])
+{
+	struct json_object	*r;
+	char			 dir[4096], *slash;
+	int			 fd, dfd, ok = 0;
+
+	if (argc != 1 || *argv[0] == '\0')
+		usage();
+	if ((size_t)snprintf(backup_tmp, sizeof(backup_tmp), "%s.XXXXXX",
+	    argv[0]) >= sizeof(backup_tmp))
+		fatalx("%s: path too long", argv[0]);
+	if ((fd = mkostemp(backup_tmp, O_CLOEXEC)) == -1) {
+		backup_tmp[0] = '\0';
+		fatal("cannot create a file beside %s", argv[0]);
+	}
+	atexit(backup_cleanup);
+	r = ctl_request_fd(path, MSG_CTL_BACKUP, NULL, fd);
+	(void)json_get_bool(r, "ok", 0, &ok);
+	if (!ok || rename(backup_tmp, argv[0]) == -1) {
+		if (ok)
+			fprintf(stderr, "mcpbrokerctl: %s: %s\n", argv[0],
+			    strerror(errno));
+		else
+			fprintf(stderr, "mcpbrokerctl: backup failed: %s\n",
+			    jstr(r, "error"));
+		json_object_put(r);
+		return 1;
+	}
+	backup_tmp[0] = '\0';
+	/* The new name on disk too. */
+	snprintf(dir, sizeof(dir), "%s", argv[0]);
+	if ((slash = strrchr(dir, '/')) != NULL)
+		slash[slash == dir ? 1 : 0] = '\0';
+	else
+		snprintf(dir, sizeof(dir), ".");
+	if ((dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) != -1) {
+		(void)fsync(dfd);
+		close(dfd);
+	}
+	printf("backup written to %s: %lld pages, %lld bytes\n", argv[0],
+	    (long long)jint(r, "pages"), (long long)jint(r, "bytes"));
+	json_object_put(r);
+	return 0;
+}
+
 int
 main(int argc, char *argv[])
 {
@@ -765,6 +840,8 @@ main(int argc, char *argv[])
 		return cmd_policy(path, argc - 1, argv + 1);
 	if (strcmp(argv[0], "audit") == 0)
 		return cmd_audit(path, argc - 1, argv + 1);
+	if (strcmp(argv[0], "backup") == 0)
+		return cmd_backup(path, argc - 1, argv + 1);
 	if (strcmp(argv[0], "mcp") == 0)
 		return ctl_mcp(argc - 1, argv + 1);
 	usage();

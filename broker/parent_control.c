@@ -46,11 +46,14 @@ static int	parent_recv_ctl_reload(struct peer *, struct msg *,
 		    struct json_object *);
 static int	parent_recv_ctl_admin(struct peer *, struct msg *,
 		    struct json_object *);
+static int	parent_recv_ctl_backup(struct peer *, struct msg *,
+		    struct json_object *);
 
 static const struct dispatch parent_dispatch_ctl[] = {
 	{ MSG_CTL_STATUS, parent_recv_ctl_status, 0 },
 	{ MSG_CTL_RELOAD, parent_recv_ctl_reload, 0 },
 	{ MSG_CTL_ADMIN, parent_recv_ctl_admin, 0 },
+	{ MSG_CTL_BACKUP, parent_recv_ctl_backup, DISPATCH_FD },
 	DISPATCH_END
 };
 
@@ -237,18 +240,25 @@ parent_recv_ctl_reload(struct peer *p, struct msg *m, struct json_object *o)
 
 /*
  * Server requests go to the controller, which knows the workers; one at a
- * time per client.  The payload is checked there, field by field.
+ * time per client.  The payload is checked there, field by field.  fd (or
+ * -1) rides along; it is ours to close if it goes nowhere.
  */
 static int
-parent_recv_ctl_admin(struct peer *p, struct msg *m, struct json_object *o)
+forward_admin(struct peer *p, struct msg *m, struct json_object *o,
+    uint16_t type, int fd)
 {
 	struct ctl_client	*cc = p->p_arg;
 	struct peer		*ctlr = parent_controller();
 	struct json_object	*r;
 
-	if (cc->cc_admin_id != 0)
+	if (cc->cc_admin_id != 0) {
+		if (fd != -1)
+			close(fd);
 		return -1;
+	}
 	if (ctlr == NULL || !peer_connected(ctlr)) {
+		if (fd != -1)
+			close(fd);
 		r = json_object_new_object();
 		json_object_object_add(r, "ok", json_object_new_boolean(0));
 		json_object_object_add(r, "error",
@@ -259,7 +269,24 @@ parent_recv_ctl_admin(struct peer *p, struct msg *m, struct json_object *o)
 	}
 	cc->cc_admin_id = ++control.next_admin;
 	cc->cc_request_id = m->m_hdr.mh_id;
-	return peer_send(ctlr, MSG_ADMIN_REQ, cc->cc_admin_id, -1, o);
+	return peer_send(ctlr, type, cc->cc_admin_id, fd, o);
+}
+
+static int
+parent_recv_ctl_admin(struct peer *p, struct msg *m, struct json_object *o)
+{
+	return forward_admin(p, m, o, MSG_ADMIN_REQ, -1);
+}
+
+/*
+ * mcpbrokerctl backup: the file it opened goes to the controller, which
+ * holds the database and writes the copy into it; nobody opens a path
+ * the other chose.
+ */
+static int
+parent_recv_ctl_backup(struct peer *p, struct msg *m, struct json_object *o)
+{
+	return forward_admin(p, m, o, MSG_ADMIN_BACKUP, m->m_fd);
 }
 
 int

@@ -425,33 +425,76 @@ macro_get(struct parser *p, const char *name)
 	return NULL;
 }
 
-/* $NAME: one string token holding the value.  -1: nothing to return. */
+/* Append n bytes of s to a token being built; 1 once it is too long. */
+static int
+tok_append(char *buf, size_t *len, const char *s, size_t n)
+{
+	if (n > MAX_TOKEN - *len) {
+		memcpy(buf + *len, s, MAX_TOKEN - *len);
+		*len = MAX_TOKEN;
+		return 1;
+	}
+	memcpy(buf + *len, s, n);
+	*len += n;
+	return 0;
+}
+
+/*
+ * $NAME: one string token holding the value.  Word characters and further
+ * macros written right after it, with no space between, belong to the same
+ * token: `$credentials/openai` is the value of credentials followed by
+ * "/openai".  -1: nothing to return.
+ */
 static int
 lex_macro(struct parser *p, struct frame *f, struct token *t)
 {
-	size_t		 start, n;
+	char		 buf[MAX_TOKEN + 1];
+	size_t		 start, n, len = 0;
 	char		*name;
 	const char	*v;
+	int		 c, toolong = 0, first = 1;
 
-	start = ++f->fr_pos;
-	while (f->fr_pos < f->fr_len &&
-	    is_ident_char((unsigned char)f->fr_data[f->fr_pos]))
-		f->fr_pos++;
-	if ((n = f->fr_pos - start) == 0) {
-		perr(p, f->fr_line, "\"$\" must be followed by a macro name");
-		return -1;
-	}
-	if (n > MAX_TOKEN)
-		n = MAX_TOKEN;
-	name = xstrndup(f->fr_data + start, n);
 	t->tk_type = T_STRING;
-	if ((v = macro_get(p, name)) == NULL) {
-		perr(p, f->fr_line, "undefined macro \"$%s\"", name);
-		t->tk_bad = 1;
-		v = "";
+	for (;; first = 0) {
+		c = fr_peekc(f, 0);
+		if (c != '$' && (c == EOF || !is_word_char(c)))
+			break;
+		if (c != '$') {
+			start = f->fr_pos;
+			while (f->fr_pos < f->fr_len && is_word_char(
+			    (unsigned char)f->fr_data[f->fr_pos]))
+				f->fr_pos++;
+			toolong |= tok_append(buf, &len, f->fr_data + start,
+			    f->fr_pos - start);
+			continue;
+		}
+		/* A "$" with no name after a first macro: the next token's. */
+		if (!first && !is_ident_char(fr_peekc(f, 1)))
+			break;
+		start = ++f->fr_pos;
+		while (f->fr_pos < f->fr_len &&
+		    is_ident_char((unsigned char)f->fr_data[f->fr_pos]))
+			f->fr_pos++;
+		if ((n = f->fr_pos - start) == 0) {
+			perr(p, f->fr_line, "\"$\" must be followed by a macro "
+			    "name");
+			return -1;
+		}
+		if (n > MAX_TOKEN)
+			n = MAX_TOKEN;
+		name = xstrndup(f->fr_data + start, n);
+		if ((v = macro_get(p, name)) == NULL) {
+			perr(p, f->fr_line, "undefined macro \"$%s\"", name);
+			t->tk_bad = 1;
+			v = "";
+		}
+		free(name);
+		toolong |= tok_append(buf, &len, v, strlen(v));
 	}
-	t->tk_val = xstrdup(v);
-	free(name);
+	if (toolong)
+		perr(p, f->fr_line, "word too long (max %d bytes)", MAX_TOKEN);
+	buf[len] = '\0';
+	t->tk_val = xstrdup(buf);
 	return 0;
 }
 

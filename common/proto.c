@@ -17,6 +17,7 @@ static const char *const msg_names[MSG_TYPE_MAX] = {
 	[MSG_ADMIN_REQ] = "ADMIN_REQ",
 	[MSG_CONNECTED] = "CONNECTED",
 	[MSG_CONNECT_FAILED] = "CONNECT_FAILED",
+	[MSG_ADMIN_BACKUP] = "ADMIN_BACKUP",
 	[MSG_CONF_ACK] = "CONF_ACK",
 	[MSG_LOG] = "LOG",
 	[MSG_INSTANCE_SPAWN] = "INSTANCE_SPAWN",
@@ -44,6 +45,7 @@ static const char *const msg_names[MSG_TYPE_MAX] = {
 	[MSG_CTL_RELOAD] = "CTL_RELOAD",
 	[MSG_CTL_ADMIN] = "CTL_ADMIN",
 	[MSG_CTL_REPLY] = "CTL_REPLY",
+	[MSG_CTL_BACKUP] = "CTL_BACKUP",
 };
 
 const char *

@@ -42,6 +42,9 @@ enum msg_type {
 	MSG_CONNECTED,		/* to worker, +fd {}: a connected, non-blocking
 				 *  TCP socket; id: the CONNECT's */
 	MSG_CONNECT_FAILED,	/* to worker {error}; id: the CONNECT's */
+	MSG_ADMIN_BACKUP,	/* to controller, +fd {}: copy the database
+				 *  into this file (mcpbrokerctl backup);
+				 *  answered by ADMIN_REP; id: the parent's */
 
 	/* any child -> parent, 100..199 */
 	MSG_CONF_ACK = 100,	/* {}: config applied, sandbox in place */
@@ -117,6 +120,8 @@ enum msg_type {
 				 *  and calls, users and keys), passed on as
 				 *  ADMIN_REQ */
 	MSG_CTL_REPLY,		/* parent -> ctl {ok, error?, ...} */
+	MSG_CTL_BACKUP,		/* ctl -> parent, +fd {}: a file opened for
+				 *  writing, passed on as ADMIN_BACKUP */
 
 	MSG_TYPE_MAX
 };

@@ -84,7 +84,7 @@ static int
 teardown(void **state)
 {
 	const char *const files[] = { "mcpbroker.db", "mcpbroker.db-wal",
-	    "mcpbroker.db-shm" };
+	    "mcpbroker.db-shm", "mcpbroker.db.bak-v1" };
 	char	path[128];
 	size_t	i;
 

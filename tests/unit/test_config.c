@@ -724,6 +724,75 @@ test_defines(void **state)
 	free(errs);
 }
 
+static int	load_secrets(struct mcpbroker_conf *, char **);
+
+/*
+ * A macro and the word characters or macros right after it are one string:
+ * how a unit's -D credentials=%d reaches `api-key-file $credentials/openai`.
+ */
+static void
+test_macro_words(void **state)
+{
+	struct mcpbroker_conf	*conf;
+	struct provider_conf	*pv;
+	char			 dir[] = "/tmp/test_config.XXXXXX";
+	char			 path[600], def[600], text[1024], *errs;
+	char			*defs[] = { def, NULL };
+	FILE			*fp;
+
+	(void)state;
+	conf = must_parse("d = \"/run/credentials/x\"\nn = \"open\"\n"
+	    "state-dir $d/state.d-1:2*\n"
+	    "control socket $d/$n$n.sock\n"
+	    "provider \"o\" { type openai api-key-file $d/$n.key }\n");
+	assert_string_equal(conf->c_state_dir, "/run/credentials/x/state.d-1:2*");
+	assert_string_equal(conf->c_control_path,
+	    "/run/credentials/x/openopen.sock");
+	assert_string_equal(config_find_provider(conf, "o")->pv_api_key.sr_ref,
+	    "/run/credentials/x/open.key");
+	config_free(conf);
+	/* whitespace still separates, and a quoted string is not glued on */
+	conf = must_parse("d = \"/x\"\nstate-dir $d\ncontrol socket \"/y\"\n");
+	assert_string_equal(conf->c_state_dir, "/x");
+	config_free(conf);
+	check_error("d = \"/x\"\nstate-dir $d/$nope\n",
+	    "t.conf:2: undefined macro \"$nope\"");
+	check_error("d = \"/x\"\nstate-dir $d$\n",
+	    "t.conf:2: \"$\" must be followed by a macro name");
+
+	/* -D credentials=DIR and a secret file in it, read as the parent does */
+	assert_non_null(mkdtemp(dir));
+	snprintf(def, sizeof(def), "credentials=%s", dir);
+	snprintf(path, sizeof(path), "%s/openai", dir);
+	assert_non_null(fp = fopen(path, "w"));
+	fputs("sk-from-credentials\n", fp);
+	fclose(fp);
+	snprintf(path, sizeof(path), "%s/mcpbroker.conf", dir);
+	snprintf(text, sizeof(text), "credentials = \"/nonexistent\"\n"
+	    "listen on 127.0.0.1 port 8080\n"
+	    "provider \"openai\" { type openai model \"m\"\n"
+	    "\tapi-key-file $credentials/openai }\n");
+	assert_non_null(fp = fopen(path, "w"));
+	fputs(text, fp);
+	fclose(fp);
+	conf = parse_path(path, defs, &errs);
+	assert_string_equal(errs, "");
+	free(errs);
+	assert_non_null(conf);
+	pv = config_find_provider(conf, "openai");
+	snprintf(text, sizeof(text), "%s/openai", dir);
+	assert_string_equal(pv->pv_api_key.sr_ref, text);
+	assert_int_equal(load_secrets(conf, &errs), 0);
+	assert_string_equal(errs, "");
+	free(errs);
+	assert_string_equal(pv->pv_api_key.sr_value, "sk-from-credentials");
+	config_free(conf);
+	unlink(path);
+	snprintf(path, sizeof(path), "%s/openai", dir);
+	unlink(path);
+	rmdir(dir);
+}
+
 /* Includes */
 
 static void
@@ -1816,6 +1885,7 @@ main(void)
 		cmocka_unit_test(test_print_only_server),
 		cmocka_unit_test(test_print_canonical),
 		cmocka_unit_test(test_macros),
+		cmocka_unit_test(test_macro_words),
 		cmocka_unit_test(test_defines),
 		cmocka_unit_test(test_include_loop),
 		cmocka_unit_test(test_include_missing),

@@ -121,7 +121,7 @@ static void
 remove_db(void)
 {
 	const char *const files[] = { "mcpbroker.db", "mcpbroker.db-wal",
-	    "mcpbroker.db-shm" };
+	    "mcpbroker.db-shm", "mcpbroker.db.bak-v3" };
 	char	path[128];
 	size_t	i;
 
@@ -804,6 +804,29 @@ test_migration_from_v3(void **state)
 
 	assert_int_equal(store_open(dir), 0);
 	assert_true(count("PRAGMA user_version") >= 4);
+	/* The database as it was, copied before the first step changed it. */
+	snprintf(path, sizeof(path), "%s/mcpbroker.db.bak-v3", dir);
+	assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL),
+	    SQLITE_OK);
+	{
+		sqlite3_stmt *st;
+
+		assert_int_equal(sqlite3_prepare_v2(db, "SELECT (SELECT "
+		    "user_version FROM pragma_user_version), (SELECT COUNT(*) "
+		    "FROM users), (SELECT COUNT(*) FROM audit), (SELECT "
+		    "integrity_check FROM pragma_integrity_check)", -1, &st,
+		    NULL), SQLITE_OK);
+		assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+		assert_int_equal(sqlite3_column_int(st, 0), 3);
+		assert_int_equal(sqlite3_column_int(st, 1), 2);
+		assert_int_equal(sqlite3_column_int(st, 2), 2);
+		assert_string_equal((const char *)sqlite3_column_text(st, 3),
+		    "ok");
+		sqlite3_finalize(st);
+	}
+	sqlite3_close(db);
+	snprintf(path, sizeof(path), "%s/mcpbroker.db.bak-v3.tmp", dir);
+	assert_int_equal(access(path, F_OK), -1);
 	assert_int_equal(store_authenticate(
 	    "mcpb_fixtureKEY0AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", &u), 0);
 	assert_string_equal(u.su_name, "alice");
@@ -816,10 +839,13 @@ test_migration_from_v3(void **state)
 	make_conv("alice", "acme", id);
 	say(id, ROLE_USER, "after the upgrade");
 	assert_int_equal(count("SELECT COUNT(*) FROM messages"), 1);
-	/* Opening it again changes nothing. */
+	/* Opening it again changes nothing, and copies nothing. */
 	store_close();
+	snprintf(path, sizeof(path), "%s/mcpbroker.db.bak-v3", dir);
+	assert_int_equal(unlink(path), 0);
 	assert_int_equal(store_open(dir), 0);
 	assert_int_equal(count("SELECT COUNT(*) FROM users"), 2);
+	assert_int_equal(access(path, F_OK), -1);
 }
 
 #define T(f)	cmocka_unit_test_setup_teardown(f, setup, teardown)
