@@ -249,7 +249,7 @@ worker_exit_note(struct worker_link *wl, const char *status)
 		return;
 	wl->wl_looping = 1;
 	snprintf(wl->wl_loop_why, sizeof(wl->wl_loop_why), "crash-looping: "
-	    "%d exits in %d s; last: %s", CRASH_LOOP_EXITS,
+	    "%d exits in %d s; last: %.200s", CRASH_LOOP_EXITS,
 	    CRASH_LOOP_WINDOW_MS / 1000, status);
 	if (was)
 		return;
