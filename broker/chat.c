@@ -26,12 +26,14 @@
 #include "broker/controller.h"
 #include "broker/controller_audit.h"
 #include "broker/controller_conv.h"
+#include "broker/controller_metrics.h"
 #include "broker/controller_store.h"
 #include "broker/controller_usage.h"
 #include "broker/mcpbroker.h"
 #include "broker/providers/provider.h"
 #include "common/http_client.h"
 #include "common/log.h"
+#include "common/metrics.h"
 #include "common/util.h"
 #include "policy/policy.h"
 
@@ -133,6 +135,7 @@ struct turn {
 	int			 t_round_reported; /* the provider counted */
 	int			 t_round_metered;
 	size_t			 t_round_sent;	/* request body bytes */
+	double			 t_round_began;	/* metrics_now() */
 };
 
 static struct session_list	sessions = TAILQ_HEAD_INITIALIZER(sessions);
@@ -490,6 +493,18 @@ turn_event(struct turn *t, const char *event, struct json_object *data)
 
 /* ---- metering and budgets ---- */
 
+/* The model the session's requests name. */
+static const char *
+session_model(const struct session *s)
+{
+	const struct provider_conf *pv;
+
+	if (s->s_model[0] != '\0')
+		return s->s_model;
+	pv = config_find_provider(controller_conf(), s->s_provider);
+	return pv != NULL && pv->pv_model != NULL ? pv->pv_model : "";
+}
+
 static void
 session_who(const struct session *s, struct usage_who *w)
 {
@@ -552,6 +567,8 @@ round_meter(struct turn *t, int live)
 	uc.uc_cost_nusd = usage_cost_nusd(config_find_provider(
 	    controller_conf(), s->s_provider), uc.uc_input, uc.uc_output);
 	uc.uc_when = time(NULL);
+	cmetrics_llm_tokens(s->s_provider, session_model(s), uc.uc_input,
+	    uc.uc_output);
 	(void)usage_record(controller_conf(), &w, &uc, live ? budget_crossed :
 	    NULL, t);
 }
@@ -562,8 +579,14 @@ budget_over(const struct session *s, struct budget_status *bs)
 {
 	struct usage_who	w;
 
+	int			r;
+
 	session_who(s, &w);
-	return budget_check(controller_conf(), &w, time(NULL), bs);
+	if ((r = budget_check(controller_conf(), &w, time(NULL), bs)) ==
+	    BUDGET_OVER)
+		cmetrics_budget_rejection(budget_scope_str(
+		    bs->bs_budget->bg_scope));
+	return r;
 }
 
 #define BUDGET_UNKNOWN_MSG	"usage could not be read to check the " \
@@ -1025,6 +1048,8 @@ audit_outcome(struct turn *t, struct call *c, const char *outcome)
 	d = json_object_new_object();
 	json_object_object_add(d, "intent", json_object_new_int64(c->c_audit));
 	json_object_object_add(d, "outcome", json_object_new_string(outcome));
+	cmetrics_tool_call(c->c_map->tm_server, c->c_map->tm_tool, outcome,
+	    monotonic_ms() - c->c_start_ms);
 	json_object_object_add(d, "elapsed_ms", json_object_new_int64(
 	    monotonic_ms() - c->c_start_ms));
 	json_object_object_add(d, "result_bytes", json_object_new_int64(
@@ -1070,6 +1095,7 @@ call_decide(struct turn *t, size_t i, struct json_object *args)
 		else
 			snprintf(why, sizeof(why), "%.160s was refused by "
 			    "policy: %.200s", id, pd.pd_reason);
+		cmetrics_policy_denial("tool");
 		log_info("chat %s: %s", t->t_s->s_user, why);
 		c->c_why = xstrdup(why);
 	}
@@ -1406,6 +1432,19 @@ llm_refused(struct turn *t)
 		    "answered HTTP %d: %s", t->t_s->s_provider, status, msg);
 }
 
+/* How an LLM request ended, for its metric. */
+static const char *
+llm_outcome(const struct turn *t, int err)
+{
+	if (err == HTTP_ERR_TIMEOUT)
+		return "timeout";
+	if (err != 0 && t->t_status == 0)
+		return "unreachable";
+	if (t->t_status / 100 != 2)
+		return "refused";
+	return err != 0 ? "error" : "ok";
+}
+
 static void
 llm_done(struct http_request *req, int err, const char *why, void *arg)
 {
@@ -1414,6 +1453,8 @@ llm_done(struct http_request *req, int err, const char *why, void *arg)
 
 	(void)req;
 	t->t_http = NULL;
+	cmetrics_llm_call(t->t_s->s_provider, session_model(t->t_s),
+	    llm_outcome(t, err), metrics_now() - t->t_round_began);
 	if (err == HTTP_ERR_TIMEOUT) {
 		turn_fail(t, 504, "provider_timeout", 1, "provider %s did not "
 		    "answer in time: %s", t->t_s->s_provider, why);
@@ -1544,6 +1585,7 @@ round_start(struct turn *t)
 	ro.ro_idle_timeout_ms = controller_conf()->c_limits.lm_llm_timeout_ms;
 	t->t_status = 0;
 	t->t_round_sent = ph.ph_body_len;
+	t->t_round_began = metrics_now();
 	t->t_http = http_request_start(controller_http(), &ro, &llm_callbacks,
 	    t);
 	provider_http_free(&ph);

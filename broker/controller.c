@@ -23,6 +23,7 @@
 #include "broker/controller_audit.h"
 #include "broker/controller_conv.h"
 #include "broker/controller_mcp.h"
+#include "broker/controller_metrics.h"
 #include "broker/controller_session.h"
 #include "broker/controller_store.h"
 #include "broker/controller_usage.h"
@@ -230,6 +231,7 @@ worker_set_state(struct worker_link *wl, enum server_state st,
 		log_info("server %s: %s%s%s", wl->wl_name, server_states[st],
 		    error != NULL ? ": " : "", error != NULL ? error : "");
 	wl->wl_state = st;
+	cmetrics_server_state(wl->wl_name, server_states[st]);
 	snprintf(wl->wl_error, sizeof(wl->wl_error), "%s",
 	    error != NULL ? error : "");
 	worker_calm_watch(wl);
@@ -390,6 +392,7 @@ controller_recv_worker_down(struct peer *p, struct msg *m,
 	worker_fail_calls(wl, why);
 	audit_system("worker_down", "server", name, status);
 	worker_exit_note(wl, why);
+	cmetrics_worker_restarts(name, wl->wl_restarts);
 	return 0;
 }
 
@@ -1287,6 +1290,7 @@ controller_main(void)
 
 	TAILQ_INIT(&ctl.workers);
 	TAILQ_INIT(&ctl.calls);
+	cmetrics_init();
 	return child_main(PROC_CONTROLLER, "controller",
 	    controller_dispatch_parent, &hooks);
 }

@@ -26,6 +26,7 @@
 #include "broker/jwt.h"
 #include "broker/websec.h"
 #include "common/log.h"
+#include "common/metrics.h"
 #include "common/util.h"
 #include "policy/policy.h"
 
@@ -365,6 +366,28 @@ r_audit(uint64_t id, const struct store_user *u, const char *rest,
 	api_reply(id, 200, r);
 }
 
+/* The controller's metrics, for the frontend to put after its own. */
+static void
+r_metrics(uint64_t id, const struct store_user *u, const char *rest,
+    struct json_object *body)
+{
+	struct json_object	*r;
+	char			*text;
+
+	(void)rest;
+	(void)body;
+	if (!has_role(u, "admin")) {
+		api_error(id, 403, "forbidden", "metrics are for the admin "
+		    "role");
+		return;
+	}
+	text = metrics_render();
+	r = json_object_new_object();
+	json_object_object_add(r, "text", json_object_new_string(text));
+	free(text);
+	api_reply(id, 200, r);
+}
+
 int
 user_has_role(const struct store_user *u, const char *role)
 {
@@ -449,6 +472,7 @@ static const struct api_route api_routes[] = {
 	{ "DELETE", "/llmchat/history", r_history_clear },
 	{ "GET", "/api/v1/tools", r_tools },
 	{ "GET", "/api/v1/providers", r_providers },
+	{ "GET", "/metrics", r_metrics },
 	{ NULL, NULL, NULL }
 };
 

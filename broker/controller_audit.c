@@ -33,8 +33,10 @@
 
 #include "broker/controller.h"
 #include "broker/controller_audit.h"
+#include "broker/controller_metrics.h"
 #include "broker/controller_store.h"
 #include "common/log.h"
+#include "common/metrics.h"
 #include "common/util.h"
 
 #define AUDIT_DOMAIN		"mcpbroker-audit-v1"
@@ -273,6 +275,7 @@ chain_add(struct chain *c, const char *kind, const char *user,
 	}
 	c->ch_id = r.ar_id;
 	memcpy(c->ch_hash, hash, sizeof(hash));
+	cmetrics_audit_row(kind);
 	return r.ar_id;
 }
 
@@ -386,6 +389,7 @@ queue_write(int schedule)
 {
 	struct audit_async	*e, *first;
 	struct chain		 c;
+	double			 began = metrics_now();
 	int			 ok, waiting = 0;
 
 	TAILQ_FOREACH(first, &aq.queue, aa_entry)
@@ -406,6 +410,8 @@ queue_write(int schedule)
 	}
 	if (ok && exec("COMMIT;") == -1)
 		ok = 0;
+	if (ok)
+		cmetrics_audit_commit(metrics_now() - began);
 	if (!ok && store_db() != NULL && !sqlite3_get_autocommit(store_db()))
 		(void)exec("ROLLBACK;");
 	for (e = first; e != NULL; e = TAILQ_NEXT(e, aa_entry)) {

@@ -39,6 +39,7 @@
 #include "broker/controller.h"
 #include "broker/controller_audit.h"
 #include "broker/controller_mcp.h"
+#include "broker/controller_metrics.h"
 #include "broker/controller_store.h"
 #include "broker/mcpbroker.h"
 #include "broker/websec.h"
@@ -1390,6 +1391,8 @@ audit_outcome(struct mcp_req *mr, const char *outcome, size_t bytes)
 	json_object_object_add(d, "intent", json_object_new_int64(
 	    mr->mr_audit));
 	json_object_object_add(d, "outcome", json_object_new_string(outcome));
+	cmetrics_tool_call(mr->mr_server, mr->mr_name, outcome,
+	    monotonic_ms() - mr->mr_start_ms);
 	json_object_object_add(d, "elapsed_ms", json_object_new_int64(
 	    (int64_t)(monotonic_ms() - mr->mr_start_ms)));
 	json_object_object_add(d, "result_bytes", json_object_new_int64(
@@ -1688,11 +1691,13 @@ call_intent_done(int64_t row, void *arg)
 }
 
 static void
-refuse(struct mcp_req *mr, const char *what, const struct policy_decision *pd)
+refuse(struct mcp_req *mr, enum policy_kind kind, const char *what,
+    const struct policy_decision *pd)
 {
 	char why[512];
 
 	mr->mr_refused = 1;
+	cmetrics_policy_denial(policy_kind_str(kind));
 	if (pd->pd_action == POLICY_CONFIRM)
 		snprintf(why, sizeof(why), "%.200s needs a person's approval "
 		    "(%.200s), which cannot be given over MCP", what,
@@ -1743,7 +1748,7 @@ m_tools_call(struct mcp_req *mr)
 	mr->mr_name = xstrdup(mt->mt_tool);
 	snprintf(id, sizeof(id), "%s.%s", mt->mt_server, mt->mt_tool);
 	if (decide(mr, POLICY_TOOL, id, args, &pd) != POLICY_ALLOW)
-		refuse(mr, id, &pd);
+		refuse(mr, POLICY_TOOL, id, &pd);
 	d = audit_base(mr);
 	json_object_object_add(d, "server", json_object_new_string(
 	    mr->mr_server));
@@ -2060,7 +2065,7 @@ m_access(struct mcp_req *mr)
 	none = json_object_new_object();
 	if (decide(mr, read ? POLICY_RESOURCE : POLICY_PROMPT, id, args != NULL ?
 	    args : none, &pd) != POLICY_ALLOW)
-		refuse(mr, id, &pd);
+		refuse(mr, read ? POLICY_RESOURCE : POLICY_PROMPT, id, &pd);
 	json_object_put(none);
 	d = audit_base(mr);
 	json_object_object_add(d, "server", json_object_new_string(

@@ -27,6 +27,7 @@
 #include "broker/mcpbroker.h"
 #include "broker/websec.h"
 #include "common/log.h"
+#include "common/metrics.h"
 #include "common/util.h"
 
 #define FRONTEND_MAX_LISTENERS	32
@@ -50,6 +51,7 @@ struct pending {
 	int			 pd_tls;	/* came in on a TLS listener */
 	int			 pd_login;	/* POST /auth/login */
 	int			 pd_mcp;	/* /mcp/TOOLSET */
+	int			 pd_metrics;	/* GET /metrics */
 };
 TAILQ_HEAD(pending_list, pending);
 
@@ -95,6 +97,8 @@ static struct {
 	size_t			 npending;
 	uint64_t		 next_id;
 	struct fe_conn_list	 conns;
+	struct metric		*m_requests;
+	struct metric		*m_streams;
 } fe;
 
 static int	frontend_recv_peer(struct peer *, struct msg *,
@@ -172,6 +176,8 @@ reply_error(struct evhttp_request *req, int code, const char *reason,
 static void
 pending_free(struct pending *pd)
 {
+	if (pd->pd_streaming)
+		metric_add(fe.m_streams, -1);
 	TAILQ_REMOVE(&fe.pending, pd, pd_entry);
 	fe.npending--;
 	event_free(pd->pd_timer);
@@ -330,13 +336,20 @@ conn_new(struct bufferevent *bev)
 	return bev;
 }
 
-/* The answer is out: the connection may carry the next request. */
+/*
+ * The answer is out: the connection may carry the next request.  arg is
+ * the route's pattern (a bounded set of labels), NULL before routing.
+ */
 static void
 request_done(struct evhttp_request *req, void *arg)
 {
-	struct fe_conn *fc;
+	struct fe_conn	*fc;
+	char		 status[16];
 
-	(void)arg;
+	snprintf(status, sizeof(status), "%d",
+	    evhttp_request_get_response_code(req));
+	metric_add(fe.m_requests, 1, arg != NULL ? (const char *)arg : "none",
+	    status);
 	if ((fc = conn_find(evhttp_request_get_connection(req))) != NULL)
 		conn_arm(fc);
 }
@@ -571,8 +584,8 @@ json_body(struct evhttp_request *req, struct evbuffer *in, size_t len,
  * controller, which holds the users and sessions, decides who the caller
  * is and whether to serve it.
  */
-static void
-route_api(struct evhttp_request *req, int tls)
+static struct pending *
+relay_api(struct evhttp_request *req, int tls)
 {
 	struct evbuffer		*in = evhttp_request_get_input_buffer(req);
 	const struct evhttp_uri	*uri = evhttp_request_get_evhttp_uri(req);
@@ -585,16 +598,16 @@ route_api(struct evhttp_request *req, int tls)
 	ev_uint16_t		 port = 0;
 
 	if (web_headers(req, tls, &wh) == -1)
-		return;
+		return NULL;
 	auth = evhttp_find_header(evhttp_request_get_input_headers(req),
 	    "Authorization");
 	if (auth != NULL && strlen(auth) > CREDENTIAL_MAX + 7) {
 		reply_error(req, 401, "Unauthorized", "unauthorized", "the "
 		    "Authorization header is too long (the limit is 8 KiB)");
-		return;
+		return NULL;
 	}
 	if (len > 0 && !json_body(req, in, len, &body))
-		return;
+		return NULL;
 	payload = json_object_new_object();
 	json_object_object_add(payload, "method", json_object_new_string(
 	    method_str(evhttp_request_get_command(req))));
@@ -627,6 +640,50 @@ route_api(struct evhttp_request *req, int tls)
 		    "/auth/login") == 0;
 	}
 	json_object_put(payload);
+	return pd;
+}
+
+static void
+route_api(struct evhttp_request *req, int tls)
+{
+	(void)relay_api(req, tls);
+}
+
+/*
+ * Who may see the metrics is the controller's question, as for the API:
+ * it answers with its own text, and ours goes first.
+ */
+static void
+route_metrics(struct evhttp_request *req, int tls)
+{
+	struct pending *pd;
+
+	if ((pd = relay_api(req, tls)) != NULL)
+		pd->pd_metrics = 1;
+}
+
+static void
+reply_metrics(struct evhttp_request *req, const char *theirs)
+{
+	struct evkeyvalq	*h = evhttp_request_get_output_headers(req);
+	struct evbuffer		*buf;
+	char			*ours = metrics_render();
+
+	if ((buf = evbuffer_new()) == NULL || evbuffer_add(buf, ours,
+	    strlen(ours)) == -1 || evbuffer_add(buf, theirs,
+	    strlen(theirs)) == -1) {
+		free(ours);
+		evbuffer_free(buf);
+		evhttp_send_error(req, 500, NULL);
+		return;
+	}
+	free(ours);
+	evhttp_add_header(h, "Content-Type",
+	    "text/plain; version=0.0.4; charset=utf-8");
+	evhttp_add_header(h, "Cache-Control", "no-store");
+	evhttp_add_header(h, "X-Content-Type-Options", "nosniff");
+	evhttp_send_reply(req, 200, "OK", buf);
+	evbuffer_free(buf);
 }
 
 /* ---- /mcp/TOOLSET: the broker as an MCP server ---- */
@@ -862,6 +919,7 @@ struct route {
 static const struct route routes[] = {
 	{ "/healthz", EVHTTP_REQ_GET | EVHTTP_REQ_HEAD, route_healthz },
 	{ "/readyz", EVHTTP_REQ_GET | EVHTTP_REQ_HEAD, route_readyz },
+	{ "/metrics", EVHTTP_REQ_GET, route_metrics },
 	{ "/llmchat/", API_METHODS, route_api },
 	{ "/api/v1/", API_METHODS, route_api },
 	{ "/auth/login", EVHTTP_REQ_POST, route_api },
@@ -1077,6 +1135,9 @@ frontend_request(struct evhttp_request *req, void *arg)
 		if (route_matches(rt, path))
 			break;
 	evhttp_uri_free(uri);
+	if (rt->rt_path != NULL)
+		evhttp_request_set_on_complete_cb(req, request_done,
+		    (void *)(uintptr_t)rt->rt_path);
 	if (rt->rt_path == NULL) {
 		reply_error(req, 404, "Not Found", "not_found",
 		    "no such endpoint");
@@ -1245,6 +1306,14 @@ frontend_recv_http_rep(struct peer *p, struct msg *m, struct json_object *o)
 	if (json_object_object_get_ex(o, "mcp", &mcp) &&
 	    mcp_rep_headers(pd, mcp) == -1)
 		return -1;
+	if (!stream && pd->pd_metrics && status == 200 && body != NULL &&
+	    json_object_is_type(json_object_object_get(body, "text"),
+	    json_type_string)) {
+		reply_metrics(pd->pd_req, json_object_get_string(
+		    json_object_object_get(body, "text")));
+		pending_free(pd);
+		return 0;
+	}
 	if (!stream) {
 		if (status == 401)
 			www_authenticate(pd->pd_req, pd->pd_tls, pd->pd_mcp);
@@ -1270,6 +1339,7 @@ frontend_recv_http_rep(struct peer *p, struct msg *m, struct json_object *o)
 	evhttp_send_reply_start(pd->pd_req, (int)status,
 	    status_reason(status));
 	pd->pd_streaming = 1;
+	metric_add(fe.m_streams, 1);
 	pending_touch(pd);
 	return 0;
 }
@@ -1536,6 +1606,12 @@ frontend_main(void)
 
 	TAILQ_INIT(&fe.pending);
 	TAILQ_INIT(&fe.conns);
+	fe.m_requests = metric_new(METRIC_COUNTER,
+	    "mcpbroker_http_requests_total", "HTTP requests answered, by the "
+	    "route they matched (none: no route, or refused before routing) "
+	    "and status.", "route,status", NULL, 0);
+	fe.m_streams = metric_new(METRIC_GAUGE, "mcpbroker_sse_streams_open",
+	    "Event streams being sent to clients.", "", NULL, 0);
 	return child_main(PROC_FRONTEND, "frontend", frontend_dispatch_parent,
 	    &hooks);
 }
