@@ -261,6 +261,7 @@ print_globals(FILE *fp, const struct mcpbroker_conf *conf)
 	print_kv(fp, "", "user", conf->c_user);
 	print_kv(fp, "", "state-dir", conf->c_state_dir);
 	print_kv(fp, "", "control socket", conf->c_control_path);
+	fprintf(fp, "log-format %s\n", conf->c_log_json ? "json" : "text");
 	fputs("limits {\n", fp);
 	fprintf(fp, "\ttool-rounds %u\n", lm->lm_tool_rounds);
 	fprintf(fp, "\ttool-timeout %s\n",

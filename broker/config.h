@@ -255,6 +255,7 @@ struct mcpbroker_conf {
 	uint64_t		 c_retention_ms;	/* 0: kept forever */
 	struct retention_list	 c_retentions;		/* per tenant */
 	int			 c_store_tool_results;	/* else a summary */
+	int			 c_log_json;		/* log-format json */
 	struct policy_rule_list	 c_rules;
 };
 

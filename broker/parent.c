@@ -850,6 +850,7 @@ parent_reload(void)
 	}
 	old = parent.conf;
 	parent.conf = conf;
+	log_set_json(conf->c_log_json);
 	TAILQ_FOREACH(cp, &parent.children, cp_entry)
 		if (cp->cp_kind != PROC_WORKER && cp->cp_pid > 0) {
 			send_config(cp);
@@ -1095,6 +1096,7 @@ parent_main(struct opts *o)
 	sandbox_early();
 	if ((parent.conf = load_config(stderr)) == NULL)
 		return 1;
+	log_set_json(parent.conf->c_log_json);
 	if (o->o_check) {
 		if (o->o_verbose)
 			config_print(stdout, parent.conf, NULL);

@@ -110,6 +110,7 @@ struct parser {
 	struct where		 p_limits_at;
 	struct where		 p_retention_at;
 	struct where		 p_store_results_at;
+	struct where		 p_log_format_at;
 };
 
 struct blk;
@@ -2660,6 +2661,24 @@ top_store_results(struct parser *p, struct blk *b)
 	return 0;
 }
 
+/* log-format text|json: how the daemon's lines are written. */
+static int
+top_log_format(struct parser *p, struct blk *b)
+{
+	char	*v, q[QBUF];
+	int	 line;
+
+	if (get_value(p, "log-format", &v, &line) == -1)
+		return -1;
+	if (strcmp(v, "text") != 0 && strcmp(v, "json") != 0)
+		perr(p, line, "log-format: expected text or json, got %s",
+		    quote(v, q, sizeof(q)));
+	else if (once(p, &p->p_log_format_at, b->b_line, "log-format") == 0)
+		p->p_conf->c_log_json = strcmp(v, "json") == 0;
+	free(v);
+	return 0;
+}
+
 /* Policy rules */
 
 /* where ARG prefix|equals|matches "VALUE" | where ARG max-length N */
@@ -3010,6 +3029,7 @@ static const struct kw top_kw[] = {
 	{ "budget", top_budget, 1 },
 	{ "retention", top_retention, 1 },
 	{ "store-tool-results", top_store_results, 1 },
+	{ "log-format", top_log_format, 1 },
 	{ "allow", top_allow, 1 },
 	{ "deny", top_deny, 1 },
 	{ "confirm", top_confirm, 1 },
@@ -3256,7 +3276,7 @@ parser_finish(struct parser *p)
 	struct where		*w[] = { &p->p_user_at, &p->p_state_at,
 				    &p->p_control_at, &p->p_auth_at,
 				    &p->p_limits_at, &p->p_retention_at,
-				    &p->p_store_results_at };
+				    &p->p_store_results_at, &p->p_log_format_at };
 	const struct toolset_conf *ts;
 	size_t			 i;
 

@@ -1,4 +1,5 @@
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,7 @@ static int		 log_foreground = 1;
 static int		 log_verbose;
 static const char	*log_proc = "mcpbroker";
 static log_sink_fn	 log_sink;
+static int		 log_json;
 
 void
 log_init(int foreground, int verbose, int facility)
@@ -54,17 +56,113 @@ log_set_sink(log_sink_fn fn)
 }
 
 void
+log_set_json(int on)
+{
+	log_json = on;
+}
+
+int
+log_get_json(void)
+{
+	return log_json;
+}
+
+static const char *
+level_str(int priority)
+{
+	switch (priority & LOG_PRIMASK) {
+	case LOG_EMERG:
+	case LOG_ALERT:
+	case LOG_CRIT:
+		return "critical";
+	case LOG_ERR:
+		return "error";
+	case LOG_WARNING:
+		return "warning";
+	case LOG_NOTICE:
+		return "notice";
+	case LOG_INFO:
+		return "info";
+	default:
+		return "debug";
+	}
+}
+
+/* s as the inside of a JSON string; cut short rather than overflow. */
+static size_t
+json_escape(const char *s, size_t n, char *dst, size_t dstlen)
+{
+	size_t	o = 0, i;
+	char	esc[8];
+	int	len;
+
+	for (i = 0; i < n && s[i] != '\0'; i++) {
+		unsigned char c = (unsigned char)s[i];
+
+		if (c == '"' || c == '\\')
+			len = snprintf(esc, sizeof(esc), "\\%c", c);
+		else if (c < 0x20 || c == 0x7f)
+			len = snprintf(esc, sizeof(esc), "\\u%04x", c);
+		else {
+			esc[0] = (char)c;
+			len = 1;
+		}
+		if (o + (size_t)len >= dstlen)
+			break;
+		memcpy(dst + o, esc, (size_t)len);
+		o += (size_t)len;
+	}
+	dst[o] = '\0';
+	return o;
+}
+
+/* "proc: message" as {"time","level","proc","msg"}. */
+static void
+json_line(int priority, const char *line, char *out, size_t outlen)
+{
+	char		 proc[128], msg[LOG_LINE_MAX * 2], when[40];
+	const char	*colon = strstr(line, ": ");
+	struct timespec	 ts;
+	struct tm	 tm;
+	size_t		 plen = colon != NULL ? (size_t)(colon - line) : 0;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	gmtime_r(&ts.tv_sec, &tm);
+	strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
+	json_escape(line, plen, proc, sizeof(proc));
+	json_escape(colon != NULL ? colon + 2 : line, SIZE_MAX, msg,
+	    sizeof(msg));
+	snprintf(out, outlen, "{\"time\":\"%s.%03ldZ\",\"level\":\"%s\","
+	    "\"proc\":\"%s\",\"msg\":\"%s\"}", when, ts.tv_nsec / 1000000,
+	    level_str(priority), proc, msg);
+}
+
+/* Where a line is finally written: stderr or syslog, in the set format. */
+static void
+log_emit(int priority, const char *line)
+{
+	char	 json[LOG_LINE_MAX * 2 + 256];
+
+	if (log_json) {
+		json_line(priority, line, json, sizeof(json));
+		line = json;
+	}
+	if (log_foreground) {
+		fprintf(stderr, "%s\n", line);
+		fflush(stderr);
+	} else
+		syslog(priority, "%s", line);
+}
+
+void
 log_line(int priority, const char *line)
 {
 	int saved_errno = errno;
 
-	if (log_foreground) {
-		fprintf(stderr, "%s\n", line);
-		fflush(stderr);
-	} else if (log_sink != NULL)
+	if (!log_foreground && log_sink != NULL)
 		log_sink(priority, line);
 	else
-		syslog(priority, "%s", line);
+		log_emit(priority, line);
 	errno = saved_errno;
 }
 

@@ -20,6 +20,14 @@ void	log_procinit(const char *procname);
 void	log_setverbose(int);
 int	log_getverbose(void);
 void	log_set_sink(log_sink_fn);
+/*
+ * Lines as text ("proc: message") or, for log shippers, one JSON object
+ * each: {"time", "level", "proc", "msg"}.  Applied where a line is
+ * written (stderr or syslog), never where it is made: children hand the
+ * parent text either way.
+ */
+void	log_set_json(int);
+int	log_get_json(void);
 const char *log_procname(void);
 /* A line already formatted elsewhere (a child's, relayed by the parent). */
 void	log_line(int priority, const char *line);

@@ -239,6 +239,9 @@ proc_exec_child(const char *self, enum proc_kind kind, const char *name,
 		vflags[i] = 'v';
 	if (verbose > 0)
 		argv[argc++] = vflags;
+	/* A child's first lines, before its configuration, in the format. */
+	if (log_get_json())
+		argv[argc++] = "-J";
 	argv[argc] = NULL;
 	execv(self, argv);
 	_exit(127);

@@ -1,5 +1,6 @@
 """The privilege-separated daemon end to end: processes, supervision,
 reload, limits, the control socket and the sandbox, on the real binary."""
+import json
 import os
 import shutil
 import signal
@@ -248,6 +249,27 @@ class DaemonTest(unittest.TestCase):
         self.assertEqual(proc_status(b.proc.pid)["Uid"].split()[0], "0")
         state = os.stat(os.path.join(b.dir, "state"))
         self.assertEqual(state.st_uid, nobody.pw_uid)
+
+
+class LogFormatTest(unittest.TestCase):
+    def test_json_lines_from_every_process(self):
+        b = Broker(TWO_SERVERS + "log-format json\n")
+        self.addCleanup(b.stop)
+        b.start()
+        b.ctl("reload")
+        b.wait_log(r'"msg":"configuration reloaded')
+        lines = [l for l in b.log().splitlines() if l.strip()]
+        procs = set()
+        for line in lines:
+            doc = json.loads(line)      # every line, children's included
+            self.assertEqual(sorted(doc), ["level", "msg", "proc", "time"])
+            self.assertRegex(doc["time"],
+                             r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
+            self.assertIn(doc["level"], ("debug", "info", "notice",
+                                         "warning", "error", "critical"))
+            procs.add(doc["proc"])
+        self.assertTrue({"parent", "frontend", "controller",
+                         "worker files"} <= procs, procs)
 
 
 class CheckModeTest(unittest.TestCase):

@@ -1300,6 +1300,31 @@ test_mcp_settings(void **state)
 }
 
 static void
+test_log_format(void **state)
+{
+	struct mcpbroker_conf	*conf;
+	char			*one;
+
+	(void)state;
+	conf = must_parse("");
+	assert_false(conf->c_log_json);
+	one = print_conf(conf, "nothing");
+	assert_non_null(strstr(one, "\nlog-format text\n"));
+	free(one);
+	config_free(conf);
+	conf = must_parse("log-format json\n");
+	assert_true(conf->c_log_json);
+	one = print_conf(conf, "nothing");	/* workers too */
+	assert_non_null(strstr(one, "\nlog-format json\n"));
+	free(one);
+	config_free(conf);
+	check_error("log-format xml\n", "t.conf:1: log-format: expected text "
+	    "or json, got \"xml\"");
+	check_error("log-format json log-format text\n", "t.conf:1: duplicate "
+	    "log-format (first at t.conf:1)");
+}
+
+static void
 test_storage_settings(void **state)
 {
 	struct mcpbroker_conf	*conf;
@@ -1876,6 +1901,7 @@ main(void)
 		cmocka_unit_test(test_full_providers),
 		cmocka_unit_test(test_full_servers),
 		cmocka_unit_test(test_full_toolsets_budgets),
+		cmocka_unit_test(test_log_format),
 		cmocka_unit_test(test_storage_settings),
 		cmocka_unit_test(test_mcp_settings),
 		cmocka_unit_test(test_full_rules),
