@@ -417,7 +417,7 @@ policy_shows(const struct session *s, const char *id)
 }
 
 /* The tools of the session's toolset (all tools without one) that the
- * policy lets this caller see. */
+ * policy lets this caller see, less those withheld by their pins. */
 static void
 tools_collect(struct session *s)
 {
@@ -440,7 +440,9 @@ tools_collect(struct session *s)
 				continue;
 			snprintf(id, sizeof(id), "%s.%s", srv->srv_name,
 			    json_object_get_string(name));
-			if (in_toolset(ts, id) && policy_shows(s, id))
+			if (in_toolset(ts, id) && policy_shows(s, id) &&
+			    controller_tool_usable(srv->srv_name,
+			    json_object_get_string(name)))
 				add_tool(s, srv->srv_name, tool);
 		}
 	}
@@ -1076,12 +1078,19 @@ call_decide(struct turn *t, size_t i, struct json_object *args)
 	struct policy_decision	 pd;
 	struct call_ref		*cr;
 	char			 id[256], why[512];
+	int			 withheld;
 
 	snprintf(id, sizeof(id), "%s.%s", c->c_map->tm_server,
 	    c->c_map->tm_tool);
+	/* Offered at connect, withheld since: the new definition waits. */
+	withheld = !controller_tool_usable(c->c_map->tm_server,
+	    c->c_map->tm_tool);
 	session_caller(t->t_s, &pc);
-	policy_decide(&controller_conf()->c_rules, &pc, id, args,
-	    monotonic_ms(), &pd);
+	if (withheld)
+		controller_tool_withheld(&pd);
+	else
+		policy_decide(&controller_conf()->c_rules, &pc, id, args,
+		    monotonic_ms(), &pd);
 	if (pd.pd_action == POLICY_ALLOW)
 		c->c_verdict = V_RUN;
 	else if (pd.pd_action == POLICY_CONFIRM && t->t_stream)
@@ -1092,10 +1101,14 @@ call_decide(struct turn *t, size_t i, struct json_object *args)
 			snprintf(why, sizeof(why), "%.160s needs the user's "
 			    "approval (%.200s), which only a streaming chat "
 			    "can ask for", id, pd.pd_reason);
+		else if (withheld)
+			snprintf(why, sizeof(why), "%.160s is withheld: %.200s",
+			    id, pd.pd_reason);
 		else
 			snprintf(why, sizeof(why), "%.160s was refused by "
 			    "policy: %.200s", id, pd.pd_reason);
-		cmetrics_policy_denial("tool");
+		if (!withheld)
+			cmetrics_policy_denial("tool");
 		log_info("chat %s: %s", t->t_s->s_user, why);
 		c->c_why = xstrdup(why);
 	}

@@ -70,6 +70,20 @@ isolation_str(enum server_isolation i)
 }
 
 const char *
+pin_policy_str(enum pin_policy pp)
+{
+	switch (pp) {
+	case PIN_BLOCK:
+		return "block";
+	case PIN_WARN:
+		return "warn";
+	case PIN_OFF:
+		return "off";
+	}
+	return "unknown";
+}
+
+const char *
 budget_scope_str(enum budget_scope s)
 {
 	switch (s) {
@@ -392,8 +406,13 @@ print_strv(FILE *fp, const char *kw, char *const *v, size_t n)
 	fputc('\n', fp);
 }
 
+/*
+ * whole: for the controller and frontend.  A worker's text leaves out
+ * what only the controller acts on (pin-policy), so that changing it
+ * restarts no worker.
+ */
 static void
-print_server(FILE *fp, const struct server_conf *srv)
+print_server(FILE *fp, const struct server_conf *srv, int whole)
 {
 	const struct header_conf	*hd;
 	const struct fs_rule		*fs;
@@ -430,6 +449,9 @@ print_server(FILE *fp, const struct server_conf *srv)
 		}
 	}
 	fprintf(fp, "\tisolation %s\n", isolation_str(srv->srv_isolation));
+	if (whole)
+		fprintf(fp, "\tpin-policy %s\n",
+		    pin_policy_str(srv->srv_pin_policy));
 	fprintf(fp, "\tcall-timeout %s\n",
 	    fmt_duration(srv->srv_call_timeout_ms, b, sizeof(b)));
 	fprintf(fp, "\tconnect-timeout %s\n",
@@ -563,7 +585,7 @@ config_print(FILE *fp, const struct mcpbroker_conf *conf,
 	print_globals(fp, conf);
 	if (only_server != NULL) {
 		if ((srv = config_find_server(conf, only_server)) != NULL)
-			print_server(fp, srv);
+			print_server(fp, srv, 0);
 		return;
 	}
 	print_listens(fp, conf);
@@ -572,7 +594,7 @@ config_print(FILE *fp, const struct mcpbroker_conf *conf,
 	TAILQ_FOREACH(pv, &conf->c_providers, pv_entry)
 		print_provider(fp, pv);
 	TAILQ_FOREACH(srv, &conf->c_servers, srv_entry)
-		print_server(fp, srv);
+		print_server(fp, srv, 1);
 	TAILQ_FOREACH(ts, &conf->c_toolsets, ts_entry)
 		print_toolset(fp, ts);
 	TAILQ_FOREACH(bg, &conf->c_budgets, bg_entry)

@@ -113,6 +113,17 @@ enum server_isolation {
 	ISOLATION_PER_CONVERSATION,
 };
 
+/*
+ * What the controller does when a server changes a tool's definition
+ * after first sight (controller_pins.c): withhold it until an admin
+ * approves (block), only say so (warn), or keep no pins at all (off).
+ */
+enum pin_policy {
+	PIN_BLOCK,
+	PIN_WARN,
+	PIN_OFF,
+};
+
 struct header_conf {
 	TAILQ_ENTRY(header_conf) hd_entry;
 	char			*hd_name;
@@ -145,6 +156,7 @@ struct server_conf {
 	char		       **srv_env;	/* env "NAME": passed to instances */
 	size_t			 srv_nenv;
 	enum server_isolation	 srv_isolation;
+	enum pin_policy		 srv_pin_policy;	/* default block */
 	int			 srv_network_none;
 	struct fs_rule_list	 srv_fs;
 	uint64_t		 srv_call_timeout_ms;	/* default 30 s */
@@ -303,6 +315,7 @@ const char		*provider_base_url(const struct provider_conf *);
 const char		*provider_type_str(enum provider_type);
 const char		*transport_str(enum server_transport);
 const char		*isolation_str(enum server_isolation);
+const char		*pin_policy_str(enum pin_policy);
 const char		*budget_scope_str(enum budget_scope);
 const char		*budget_metric_str(enum budget_metric);
 /* A tenant's conversations are kept this long (ms); 0: forever. */

@@ -24,6 +24,7 @@
 #include "broker/controller_conv.h"
 #include "broker/controller_mcp.h"
 #include "broker/controller_metrics.h"
+#include "broker/controller_pins.h"
 #include "broker/controller_session.h"
 #include "broker/controller_store.h"
 #include "broker/controller_usage.h"
@@ -475,6 +476,27 @@ controller_recv_worker_state(struct peer *p, struct msg *m,
 	return 0;
 }
 
+/*
+ * The pins decide again which of the worker's tools are withheld; 1 if
+ * that changed.  A worker's list and its pins are checked on every list
+ * it sends (start, restart, list_changed) and on every reload.
+ */
+static int
+worker_pins(struct worker_link *wl)
+{
+	const struct server_conf	*srv;
+	struct json_object		*w = NULL;
+	int				 changed;
+
+	srv = config_find_server(ctl.conf, wl->wl_name);
+	if (wl->wl_tools != NULL && srv != NULL)
+		w = pins_check(wl->wl_name, srv->srv_pin_policy, wl->wl_tools);
+	changed = !json_object_equal(w, wl->wl_withheld);
+	json_object_put(wl->wl_withheld);
+	wl->wl_withheld = w;
+	return changed;
+}
+
 static int
 controller_recv_worker_tools(struct peer *p, struct msg *m,
     struct json_object *o)
@@ -506,6 +528,8 @@ controller_recv_worker_tools(struct peer *p, struct msg *m,
 	wl->wl_tools = json_object_get(tools);
 	json_object_put(wl->wl_caps);
 	wl->wl_caps = caps != NULL ? json_object_get(caps) : NULL;
+	if (worker_pins(wl))
+		changed = 1;
 	/* MCP clients of ours hear of it; the first list is no change. */
 	mcp_worker_tools(wl->wl_name, changed);
 	return 0;
@@ -628,12 +652,70 @@ call_send(struct worker_link *wl, uint16_t type, struct json_object *o,
 	return tc->tc_id;
 }
 
+#define WITHHELD_REASON	"its definition changed since it was approved, and " \
+	"the new one awaits an administrator's approval"
+
+int
+controller_tool_usable(const char *server, const char *tool)
+{
+	struct worker_link *wl = worker_find(server);
+
+	return wl == NULL || wl->wl_withheld == NULL ||
+	    !json_object_object_get_ex(wl->wl_withheld, tool, NULL);
+}
+
+void
+controller_tool_withheld(struct policy_decision *pd)
+{
+	memset(pd, 0, sizeof(*pd));
+	pd->pd_action = POLICY_DENY;
+	snprintf(pd->pd_reason, sizeof(pd->pd_reason), "%s", WITHHELD_REASON);
+}
+
+void
+controller_pins_changed(const char *server)
+{
+	struct worker_link *wl;
+
+	TAILQ_FOREACH(wl, &ctl.workers, wl_entry)
+		if ((server == NULL || strcmp(server, wl->wl_name) == 0) &&
+		    worker_pins(wl))
+			mcp_worker_tools(wl->wl_name, 1);
+}
+
+/*
+ * The last gate: a call decided before its tool was withheld (its intent
+ * waited for the group commit) does not reach the new definition either.
+ */
+static int
+call_withheld(struct worker_link *wl, const char *tool, tool_call_fn done,
+    void *arg)
+{
+	struct json_object	*e;
+	char			 msg[512];
+
+	if (controller_tool_usable(wl->wl_name, tool))
+		return 0;
+	snprintf(msg, sizeof(msg), "%.64s.%.128s is withheld: %s", wl->wl_name,
+	    tool, WITHHELD_REASON);
+	e = json_object_new_object();
+	json_object_object_add(e, "code", json_object_new_int(4));
+	json_object_object_add(e, "message", json_object_new_string(msg));
+	done(NULL, e, arg);
+	json_object_put(e);
+	return 1;
+}
+
 uint64_t
 controller_call_tool(struct worker_link *wl, const char *tool,
     struct json_object *args, const char *user, const char *conversation,
     uint64_t timeout_ms, tool_call_fn done, void *arg)
 {
-	struct json_object *o = json_object_new_object();
+	struct json_object *o;
+
+	if (call_withheld(wl, tool, done, arg))
+		return 0;
+	o = json_object_new_object();
 
 	json_object_object_add(o, "tool", json_object_new_string(tool));
 	json_object_object_add(o, "arguments", json_object_get(args));
@@ -1045,6 +1127,8 @@ controller_recv_admin(struct peer *p, struct msg *m, struct json_object *o)
 		audit_admin(m->m_hdr.mh_id, op, o);
 	else if (strcmp(op, "tenant_del") == 0)
 		conv_admin_tenant_del(m->m_hdr.mh_id, o);
+	else if (strncmp(op, "tools_", 6) == 0)
+		pins_admin(m->m_hdr.mh_id, op, o);
 	else
 		admin_error(m->m_hdr.mh_id, "unknown op");
 	return 0;
@@ -1200,6 +1284,9 @@ controller_configure(struct mcpbroker_conf *conf, int reload)
 		    "checkpoints cannot be signed");
 		(void)audit_set_signing_key(NULL);
 	}
+	/* pin-policy may have changed: what is withheld, before anyone lists. */
+	TAILQ_FOREACH(wl, &ctl.workers, wl_entry)
+		(void)worker_pins(wl);
 	mcp_reconfigure();
 	if (reload)
 		audit_system("config_reloaded", "servers", NULL, NULL);

@@ -35,6 +35,18 @@ struct json_object	*controller_worker_caps(const struct worker_link *);
 const char		*controller_worker_state(const struct worker_link *,
 			    const char **error);
 
+/*
+ * The tool is not withheld by its pin (controller_pins.c): it may be
+ * listed and called.  Every list (chat, /api/v1/tools, /mcp) and every
+ * call asks.
+ */
+int		controller_tool_usable(const char *server, const char *tool);
+/* A withheld tool's refusal, in the shape of a policy decision (deny). */
+void		controller_tool_withheld(struct policy_decision *);
+/* The pins of server (NULL: of every server) changed: apply them again. */
+void		controller_pins_changed(const char *server);
+
+/* A withheld tool's call is refused at once (code 4, done runs now). */
 uint64_t	controller_call_tool(struct worker_link *, const char *tool,
 		    struct json_object *args, const char *user,
 		    const char *conversation, uint64_t timeout_ms,

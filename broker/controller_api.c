@@ -19,6 +19,7 @@
 #include "broker/controller_audit.h"
 #include "broker/controller_conv.h"
 #include "broker/controller_mcp.h"
+#include "broker/controller_pins.h"
 #include "broker/controller_session.h"
 #include "broker/controller_store.h"
 #include "broker/mcpbroker.h"
@@ -130,7 +131,7 @@ r_history_clear(uint64_t id, const struct store_user *u, const char *rest,
 	chat_history(id, u->su_name, 1);
 }
 
-/* The server's tools the caller's policy may let it use. */
+/* The server's tools the caller's policy may let it use, less withheld. */
 static struct json_object *
 visible_tools(const struct store_user *u, const char *server,
     struct json_object *tools)
@@ -153,7 +154,9 @@ visible_tools(const struct store_user *u, const char *server,
 	for (i = 0; tools != NULL && i < json_object_array_length(tools);
 	    i++) {
 		t = json_object_array_get_idx(tools, i);
-		if (!json_object_object_get_ex(t, "name", &name))
+		if (!json_object_object_get_ex(t, "name", &name) ||
+		    !controller_tool_usable(server,
+		    json_object_get_string(name)))
 			continue;
 		snprintf(tid, sizeof(tid), "%s.%s", server,
 		    json_object_get_string(name));
@@ -395,6 +398,32 @@ user_has_role(const struct store_user *u, const char *role)
 }
 
 static void
+r_pins_pending(uint64_t id, const struct store_user *u, const char *rest,
+    struct json_object *body)
+{
+	(void)rest;
+	(void)body;
+	pins_api_pending(id, u, api_query);
+}
+
+static void
+r_pins(uint64_t id, const struct store_user *u, const char *rest,
+    struct json_object *body)
+{
+	(void)rest;
+	(void)body;
+	pins_api_pins(id, u, api_query);
+}
+
+static void
+r_pins_approve(uint64_t id, const struct store_user *u, const char *rest,
+    struct json_object *body)
+{
+	(void)rest;
+	pins_api_approve(id, u, body);
+}
+
+static void
 r_conversations(uint64_t id, const struct store_user *u, const char *rest,
     struct json_object *body)
 {
@@ -461,6 +490,9 @@ static const struct api_route api_routes[] = {
 	{ "GET", "/api/v1/usage", r_usage },
 	{ "GET", "/api/v1/usage/tenant", r_usage_tenant },
 	{ "GET", "/api/v1/audit", r_audit },
+	{ "GET", "/api/v1/admin/tools/pending", r_pins_pending },
+	{ "GET", "/api/v1/admin/tools/pins", r_pins },
+	{ "POST", "/api/v1/admin/tools/approve", r_pins_approve },
 	{ "POST", "/llmchat/connect", r_connect },
 	{ "POST", "/llmchat/chat", r_chat },
 	{ "POST", "/llmchat/stop", r_stop },

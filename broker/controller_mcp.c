@@ -1567,7 +1567,9 @@ m_tools_list(struct mcp_req *mr)
 			continue;
 		snprintf(id, sizeof(id), "%s.%s", tk->tk_tools[i].mt_server,
 		    tk->tk_tools[i].mt_tool);
-		if (decide(mr, POLICY_TOOL, id, NULL, &pd) == POLICY_DENY)
+		if (!controller_tool_usable(tk->tk_tools[i].mt_server,
+		    tk->tk_tools[i].mt_tool) ||
+		    decide(mr, POLICY_TOOL, id, NULL, &pd) == POLICY_DENY)
 			continue;
 		if (n == PAGE_SIZE) {
 			nc = json_object_new_object();
@@ -1709,6 +1711,20 @@ refuse(struct mcp_req *mr, enum policy_kind kind, const char *what,
 	mr->mr_why = xstrdup(why);
 }
 
+/* A tool whose definition changed and awaits approval (its pin). */
+static void
+withheld(struct mcp_req *mr, const char *what,
+    const struct policy_decision *pd)
+{
+	char why[512];
+
+	mr->mr_refused = 1;
+	snprintf(why, sizeof(why), "%.200s is withheld: %.200s", what,
+	    pd->pd_reason);
+	log_info("mcp %s: %s", mr->mr_user.su_name, why);
+	mr->mr_why = xstrdup(why);
+}
+
 static void
 m_tools_call(struct mcp_req *mr)
 {
@@ -1747,7 +1763,11 @@ m_tools_call(struct mcp_req *mr)
 	snprintf(mr->mr_server, sizeof(mr->mr_server), "%s", mt->mt_server);
 	mr->mr_name = xstrdup(mt->mt_tool);
 	snprintf(id, sizeof(id), "%s.%s", mt->mt_server, mt->mt_tool);
-	if (decide(mr, POLICY_TOOL, id, args, &pd) != POLICY_ALLOW)
+	/* Listed to this client once, perhaps: not the new definition. */
+	if (!controller_tool_usable(mt->mt_server, mt->mt_tool)) {
+		controller_tool_withheld(&pd);
+		withheld(mr, id, &pd);
+	} else if (decide(mr, POLICY_TOOL, id, args, &pd) != POLICY_ALLOW)
 		refuse(mr, POLICY_TOOL, id, &pd);
 	d = audit_base(mr);
 	json_object_object_add(d, "server", json_object_new_string(

@@ -155,6 +155,24 @@ static const char *const migrations[] = {
 	"  ts INTEGER NOT NULL,"
 	"  PRIMARY KEY (scope, name, metric, holder, period, percent))"
 	"  WITHOUT ROWID;",
+	/*
+	 * 4 -> 5: tool-definition pins (controller_pins.c).  definition is
+	 * the canonical JSON whose SHA-256 (hex) is sha256: the approved
+	 * one, or the one first seen; a server that changes it leaves the
+	 * new one in pending_* until an administrator approves it.
+	 */
+	"CREATE TABLE tool_pins ("
+	"  server TEXT NOT NULL,"
+	"  tool TEXT NOT NULL,"
+	"  sha256 TEXT NOT NULL,"
+	"  definition TEXT NOT NULL,"
+	"  first_seen INTEGER NOT NULL,"	/* ms since the epoch */
+	"  approved_at INTEGER,"		/* NULL: as first seen */
+	"  approved_by TEXT,"
+	"  pending_sha256 TEXT,"
+	"  pending_definition TEXT,"
+	"  pending_since INTEGER,"
+	"  PRIMARY KEY (server, tool)) WITHOUT ROWID;",
 };
 /* The array is the history: its length is the schema's version. */
 #define SCHEMA_VERSION	((int)(sizeof(migrations) / sizeof(migrations[0])))

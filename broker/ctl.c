@@ -69,6 +69,17 @@ usage(void)
 	    "signing key\n"
 	    "  audit export [--format jsonl|syslog|cef]\n"
 	    "            the whole trail on stdout, one record per line\n"
+	    "  tools pending [SERVER]\n"
+	    "            tool definitions changed since they were pinned, "
+	    "with the\n"
+	    "            old and new text of what changed\n"
+	    "  tools approve SERVER TOOL [SHA256] | tools approve --all "
+	    "SERVER\n"
+	    "            make the pending definition the pinned one "
+	    "(SHA256: only\n"
+	    "            if it is still the one pending)\n"
+	    "  tools pins [SERVER]\n"
+	    "            every pinned tool definition\n"
 	    "  backup FILE\n"
 	    "            a consistent copy of the database, taken while the\n"
 	    "            daemon runs, written to FILE (mode 0600)\n"
@@ -740,6 +751,175 @@ cmd_audit(const char *path, int argc, char *argv[])
 }
 
 /*
+ * Text a server wrote (tool names, descriptions, schemas) reaches a
+ * terminal: control characters, DEL and C1 controls become '?', so that
+ * it cannot move the cursor or rewrite what is shown above it.  Each line
+ * gets the prefix.
+ */
+static void
+print_safe(const char *prefix, const char *s)
+{
+	const unsigned char *p = (const unsigned char *)s;
+
+	fputs(prefix, stdout);
+	for (; *p != '\0'; p++) {
+		if (*p == '\n') {
+			putchar('\n');
+			fputs(prefix, stdout);
+		} else if (*p == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) {
+			putchar('?');
+			p++;
+		} else if ((*p < 0x20 && *p != '\t') || *p == 0x7f)
+			putchar('?');
+		else
+			putchar(*p);
+	}
+	putchar('\n');
+}
+
+static void
+print_when(const char *label, int64_t ms)
+{
+	char		when[32];
+	time_t		t = (time_t)(ms / 1000);
+	struct tm	tm;
+
+	if (gmtime_r(&t, &tm) == NULL ||
+	    strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm) == 0)
+		snprintf(when, sizeof(when), "%lld", (long long)ms);
+	printf("%s%s", label, when);
+}
+
+/* One side of a changed member: text as lines, anything else as JSON. */
+static void
+print_member(const char *prefix, struct json_object *side, const char *m)
+{
+	struct json_object *v;
+
+	if (!json_object_object_get_ex(side, m, &v))
+		print_safe(prefix, "(none)");
+	else if (json_object_is_type(v, json_type_string))
+		print_safe(prefix, json_object_get_string(v));
+	else
+		print_safe(prefix, json_object_to_json_string_ext(v,
+		    JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED |
+		    JSON_C_TO_STRING_NOSLASHESCAPE));
+}
+
+static void
+print_pending(struct json_object *p)
+{
+	struct json_object	*changed, *old, *new;
+	const char		*m;
+	char			 head[512];
+	size_t			 i;
+	int			 withheld = 0;
+
+	(void)json_get_bool(p, "withheld", 1, &withheld);
+	snprintf(head, sizeof(head), "%s.%s", jstr(p, "server"),
+	    jstr(p, "tool"));
+	print_safe("", head);
+	print_when("  pending since ", jint(p, "pending_since"));
+	printf(" (pin-policy %s: %s)\n", *jstr(p, "policy") != '\0' ?
+	    jstr(p, "policy") : "none",
+	    withheld ? "withheld" : "still offered");
+	printf("  pinned  sha256 %s\n  pending sha256 %s\n",
+	    jstr(p, "sha256"), jstr(p, "pending_sha256"));
+	changed = json_object_object_get(p, "changed");
+	old = json_object_object_get(p, "old");
+	new = json_object_object_get(p, "new");
+	for (i = 0; i < json_object_array_length(changed); i++) {
+		m = json_object_get_string(json_object_array_get_idx(changed,
+		    i));
+		printf("  %s changed:\n", m);
+		print_member("    - ", old, m);
+		print_member("    + ", new, m);
+	}
+	snprintf(head, sizeof(head), "  approve: mcpbrokerctl tools approve "
+	    "%s %s %s", jstr(p, "server"), jstr(p, "tool"),
+	    jstr(p, "pending_sha256"));
+	print_safe("", head);
+}
+
+static void
+print_pin(struct json_object *p)
+{
+	char line[512];
+
+	snprintf(line, sizeof(line), "%-16s %-32s %.12s", jstr(p, "server"),
+	    jstr(p, "tool"), jstr(p, "sha256"));
+	print_safe("", line);
+	print_when("    first seen ", jint(p, "first_seen"));
+	if (json_object_object_get(p, "approved_at") != NULL) {
+		print_when(", approved ", jint(p, "approved_at"));
+		snprintf(line, sizeof(line), " by %s", jstr(p, "approved_by"));
+		print_safe("", line);
+	} else
+		putchar('\n');
+	if (*jstr(p, "pending_sha256") != '\0')
+		printf("    a new definition is pending: %.12s\n",
+		    jstr(p, "pending_sha256"));
+}
+
+/*
+ * tools pending [SERVER] | tools pins [SERVER] |
+ * tools approve SERVER TOOL [SHA256] | tools approve --all SERVER
+ */
+static int
+cmd_tools(const char *path, int argc, char *argv[])
+{
+	struct json_object	*req = json_object_new_object(), *r, *arr;
+	char			 op[32];
+	size_t			 i;
+	int			 all = 0, truncated = 0;
+
+	if (argc < 1)
+		usage();
+	snprintf(op, sizeof(op), "tools_%s", argv[0]);
+	add_str(req, "op", op);
+	if (strcmp(argv[0], "approve") == 0 && argc > 1)
+		all = strcmp(argv[1], "--all") == 0;
+	if (strcmp(argv[0], "approve") == 0 && all && argc == 3) {
+		add_str(req, "server", argv[2]);
+		json_object_object_add(req, "all", json_object_new_boolean(1));
+	} else if (strcmp(argv[0], "approve") == 0 && !all &&
+	    (argc == 3 || argc == 4)) {
+		add_str(req, "server", argv[1]);
+		add_str(req, "tool", argv[2]);
+		if (argc == 4)
+			add_str(req, "sha256", argv[3]);
+	} else if ((strcmp(argv[0], "pending") == 0 ||
+	    strcmp(argv[0], "pins") == 0) && argc <= 2) {
+		if (argc == 2)
+			add_str(req, "server", argv[1]);
+	} else
+		usage();
+	r = audit_request(path, req);
+	(void)json_get_bool(r, "truncated", 1, &truncated);
+	if (json_object_object_get_ex(r, "approved", &arr))
+		for (i = 0; i < json_object_array_length(arr); i++) {
+			snprintf(op, sizeof(op), "approved: ");
+			print_safe(op, json_object_to_json_string_ext(
+			    json_object_array_get_idx(arr, i),
+			    JSON_C_TO_STRING_PLAIN |
+			    JSON_C_TO_STRING_NOSLASHESCAPE));
+		}
+	else if (json_object_object_get_ex(r, "pending", &arr)) {
+		if (json_object_array_length(arr) == 0)
+			printf("no tool definition awaits approval\n");
+		for (i = 0; i < json_object_array_length(arr); i++)
+			print_pending(json_object_array_get_idx(arr, i));
+	} else if (json_object_object_get_ex(r, "pins", &arr))
+		for (i = 0; i < json_object_array_length(arr); i++)
+			print_pin(json_object_array_get_idx(arr, i));
+	if (truncated)
+		fprintf(stderr, "mcpbrokerctl: not everything fits in one "
+		    "answer; name a server\n");
+	json_object_put(r);
+	return 0;
+}
+
+/*
  * backup FILE: a consistent copy of the daemon's database.  The file is
  * made here, beside FILE and with mode 0600 (it holds every conversation
  * and key hash), and its descriptor goes to the daemon, whose controller
@@ -840,6 +1020,8 @@ main(int argc, char *argv[])
 		return cmd_policy(path, argc - 1, argv + 1);
 	if (strcmp(argv[0], "audit") == 0)
 		return cmd_audit(path, argc - 1, argv + 1);
+	if (strcmp(argv[0], "tools") == 0)
+		return cmd_tools(path, argc - 1, argv + 1);
 	if (strcmp(argv[0], "backup") == 0)
 		return cmd_backup(path, argc - 1, argv + 1);
 	if (strcmp(argv[0], "mcp") == 0)

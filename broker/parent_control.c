@@ -29,6 +29,7 @@ struct ctl_client {
 	struct peer		 cc_peer;
 	uint64_t		 cc_admin_id;	/* request at the controller */
 	uint64_t		 cc_request_id;	/* the client's own id */
+	uid_t			 cc_uid;	/* who is at the other end */
 };
 TAILQ_HEAD(ctl_client_list, ctl_client);
 
@@ -135,13 +136,14 @@ client_lost(struct peer *p, const char *why)
 }
 
 static int
-peer_is_admin(int fd)
+peer_is_admin(int fd, uid_t *uid)
 {
 	struct ucred	cred;
 	socklen_t	len = sizeof(cred);
 
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == -1)
 		return 0;
+	*uid = cred.uid;
 	return cred.uid == 0 || cred.uid == geteuid();
 }
 
@@ -149,6 +151,7 @@ static void
 control_accept(int lfd, short ev, void *arg)
 {
 	struct ctl_client	*cc;
+	uid_t			 uid = 0;
 	int			 fd;
 
 	(void)ev;
@@ -159,7 +162,8 @@ control_accept(int lfd, short ev, void *arg)
 			log_warn("control accept");
 		return;
 	}
-	if (!peer_is_admin(fd) || control.nclients >= CONTROL_MAX_CLIENTS) {
+	if (!peer_is_admin(fd, &uid) ||
+	    control.nclients >= CONTROL_MAX_CLIENTS) {
 		log_warnx("control connection refused");
 		close(fd);
 		return;
@@ -168,6 +172,7 @@ control_accept(int lfd, short ev, void *arg)
 		close(fd);
 		return;
 	}
+	cc->cc_uid = uid;
 	peer_init(&cc->cc_peer, PROC_CTL, "mcpbrokerctl", parent_dispatch_ctl,
 	    client_lost, cc);
 	if (peer_attach(&cc->cc_peer, control.base, fd) == -1) {
@@ -269,6 +274,9 @@ forward_admin(struct peer *p, struct msg *m, struct json_object *o,
 	}
 	cc->cc_admin_id = ++control.next_admin;
 	cc->cc_request_id = m->m_hdr.mh_id;
+	/* Ours, not the client's word: the trail says who approved what. */
+	json_object_object_add(o, "ctl_uid", json_object_new_int64(
+	    cc->cc_uid));
 	return peer_send(ctlr, type, cc->cc_admin_id, fd, o);
 }
 

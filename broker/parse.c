@@ -1617,6 +1617,28 @@ srv_isolation(struct parser *p, struct blk *b)
 	return 0;
 }
 
+/* A changed tool definition: withheld (block), reported (warn), ignored. */
+static int
+srv_pin_policy(struct parser *p, struct blk *b)
+{
+	char	*v, q[QBUF];
+	int	 line;
+
+	if (get_value(p, "pin-policy", &v, &line) == -1)
+		return -1;
+	if (strcmp(v, "block") == 0)
+		SRV(b)->srv_pin_policy = PIN_BLOCK;
+	else if (strcmp(v, "warn") == 0)
+		SRV(b)->srv_pin_policy = PIN_WARN;
+	else if (strcmp(v, "off") == 0)
+		SRV(b)->srv_pin_policy = PIN_OFF;
+	else
+		perr(p, line, "%s: unknown pin-policy %s (expected block, warn "
+		    "or off)", b->b_desc, quote(v, q, sizeof(q)));
+	free(v);
+	return 0;
+}
+
 static int
 srv_network(struct parser *p, struct blk *b)
 {
@@ -1743,6 +1765,7 @@ static const struct kw server_kw[] = {
 	{ "ca-file", srv_ca_file, 0 },
 	{ "env", srv_env, 1 },
 	{ "isolation", srv_isolation, 0 },
+	{ "pin-policy", srv_pin_policy, 0 },
 	{ "network", srv_network, 0 },
 	{ "filesystem", srv_filesystem, 1 },
 	{ "call-timeout", srv_call_timeout, 0 },
@@ -2428,6 +2451,7 @@ server_new(void)
 	TAILQ_INIT(&srv->srv_fs);
 	srv->srv_transport = TRANSPORT_STDIO;
 	srv->srv_isolation = ISOLATION_SHARED;
+	srv->srv_pin_policy = PIN_BLOCK;
 	srv->srv_call_timeout_ms = 30 * 1000;
 	srv->srv_connect_timeout_ms = 10 * 1000;
 	srv->srv_idle_timeout_ms = 10 * 60 * 1000;

@@ -188,6 +188,7 @@ test_server_defaults(void **state)
 	assert_int_equal(srv->srv_connect_timeout_ms, 10000);
 	assert_int_equal(srv->srv_idle_timeout_ms, 600000);
 	assert_int_equal(srv->srv_max_instances, 32);
+	assert_int_equal(srv->srv_pin_policy, PIN_BLOCK);
 	assert_int_equal(srv->srv_bearer.sr_kind, SECRET_NONE);
 	assert_non_null(srv = config_find_server(conf, "b"));
 	assert_int_equal(srv->srv_transport, TRANSPORT_STREAMABLE_HTTP);
@@ -323,6 +324,7 @@ test_full_servers(void **state)
 	assert_int_equal(srv->srv_connect_timeout_ms, 500);
 	assert_int_equal(srv->srv_idle_timeout_ms, 2 * 3600 * 1000);
 	assert_int_equal(srv->srv_max_instances, 8);
+	assert_int_equal(srv->srv_pin_policy, PIN_WARN);
 
 	assert_non_null(srv = config_find_server(conf, "jira"));
 	assert_string_equal(srv->srv_url, "https://jira.example.com/mcp");
@@ -337,6 +339,7 @@ test_full_servers(void **state)
 	assert_int_equal(srv->srv_call_timeout_ms, 90000);
 	assert_int_equal(srv->srv_nallow_addr, 2);
 	assert_string_equal(srv->srv_allow_addr[1], "fd00:ec2::254");
+	assert_int_equal(srv->srv_pin_policy, PIN_BLOCK);
 
 	assert_non_null(srv = config_find_server(conf, "legacy"));
 	assert_int_equal(srv->srv_transport, TRANSPORT_SSE);
@@ -345,6 +348,7 @@ test_full_servers(void **state)
 	assert_int_equal(srv->srv_isolation, ISOLATION_PER_CONVERSATION);
 	assert_int_equal(srv->srv_idle_timeout_ms, 86400000);
 	assert_int_equal(srv->srv_connect_timeout_ms, 1500);
+	assert_int_equal(srv->srv_pin_policy, PIN_OFF);
 	assert_non_null(config_find_server(conf, "shell_2"));
 	config_free(conf);
 }
@@ -550,6 +554,9 @@ test_round_trip(void **state)
 	assert_non_null(strstr(one, "\tcall-timeout 1m\n"));
 	assert_non_null(strstr(one, "\tconnect-timeout 1500ms\n"));
 	assert_non_null(strstr(one, "\tidle-timeout 1d\n"));
+	assert_non_null(strstr(one, "\tpin-policy warn\n"));
+	assert_non_null(strstr(one, "\tpin-policy off\n"));
+	assert_non_null(strstr(one, "\tpin-policy block\n"));
 	assert_non_null(strstr(one, "\tmax-body 16M\n"));
 	assert_non_null(strstr(one, "\tprice input 0.15 output 0.6\n"));
 	assert_non_null(strstr(one, "budget user \"alice\" daily-usd 2.5\n"));
@@ -623,6 +630,8 @@ test_print_only_server(void **state)
 	assert_null(strstr(out, "provider"));
 	assert_null(strstr(out, "listen"));
 	assert_null(strstr(out, "allow"));
+	/* the controller's alone: changing it restarts no worker */
+	assert_null(strstr(out, "pin-policy"));
 	/* what a worker gets must parse on its own */
 	worker = parse_text(out, &errs);
 	assert_string_equal(errs, "");
@@ -1073,6 +1082,12 @@ static const struct err_case block_errors[] = {
 	{ "server \"s\" { command \"x\" isolation global }\n", "t.conf:1: "
 	    "server \"s\": unknown isolation \"global\" (expected shared, "
 	    "per-user or per-conversation)" },
+	{ "server \"s\" { command \"x\" pin-policy strict }\n", "t.conf:1: "
+	    "server \"s\": unknown pin-policy \"strict\" (expected block, "
+	    "warn or off)" },
+	{ "server \"s\" { command \"x\" pin-policy off pin-policy warn }\n",
+	    "t.conf:1: duplicate \"pin-policy\" in server \"s\" (first at "
+	    "line 1)" },
 	{ "server \"s\" { command \"x\" network host }\n", "t.conf:1: "
 	    "server \"s\": network \"host\": expected none" },
 	{ "server \"s\" { command \"x\" filesystem exec \"/x\" }\n",
@@ -1876,6 +1891,9 @@ test_strings(void **state)
 	assert_string_equal(isolation_str(ISOLATION_PER_USER), "per-user");
 	assert_string_equal(isolation_str(ISOLATION_PER_CONVERSATION),
 	    "per-conversation");
+	assert_string_equal(pin_policy_str(PIN_BLOCK), "block");
+	assert_string_equal(pin_policy_str(PIN_WARN), "warn");
+	assert_string_equal(pin_policy_str(PIN_OFF), "off");
 	assert_string_equal(policy_action_str(POLICY_ALLOW), "allow");
 	assert_string_equal(policy_action_str(POLICY_DENY), "deny");
 	assert_string_equal(policy_action_str(POLICY_CONFIRM), "confirm");
