@@ -807,6 +807,12 @@ controller_worker_caps(const struct worker_link *wl)
 	return wl->wl_caps;
 }
 
+unsigned int
+controller_worker_restarts(const struct worker_link *wl)
+{
+	return wl->wl_restarts;
+}
+
 const char *
 controller_worker_state(const struct worker_link *wl, const char **error)
 {
@@ -976,7 +982,8 @@ user_erase(const char *name, char *why, size_t whylen)
  */
 static int
 user_change(const char *op, const char *name, const char *tenant,
-    const char *roles, char *key, char *why, size_t whylen)
+    const char *roles, const struct store_user *by, char *key, char *why,
+    size_t whylen)
 {
 	struct json_object	*d;
 	int			 rc;
@@ -1004,7 +1011,11 @@ user_change(const char *op, const char *name, const char *tenant,
 			json_object_object_add(d, "roles",
 			    json_object_new_string(roles));
 		}
-		if (audit_append(AUDIT_KIND_ADMIN, NULL, NULL, d) == -1) {
+		if (by != NULL)
+			json_object_object_add(d, "by",
+			    json_object_new_string(by->su_name));
+		if (audit_append(AUDIT_KIND_ADMIN, by != NULL ? by->su_name :
+		    NULL, by != NULL ? by->su_tenant : NULL, d) == -1) {
 			snprintf(why, whylen, "cannot write the audit trail; "
 			    "nothing changed");
 			rc = -1;
@@ -1048,7 +1059,7 @@ admin_user(uint64_t id, const char *op, struct json_object *o)
 		json_object_object_add(r, "users", store_user_list());
 	else
 		rc = user_change(op, name, tenant != NULL ? tenant : "default",
-		    roles != NULL ? roles : "", key, why, sizeof(why));
+		    roles != NULL ? roles : "", NULL, key, why, sizeof(why));
 	if (rc == -1) {
 		json_object_put(r);
 		admin_error(id, why);
@@ -1064,6 +1075,245 @@ admin_user(uint64_t id, const char *op, struct json_object *o)
 		log_info("admin: user %s deleted", name);
 	}
 	admin_reply(id, r);
+}
+
+/* ---- users and keys over HTTP, for the console ---- */
+
+static int
+roles_have(const char *roles, const char *role)
+{
+	char	 buf[256], *save, *r;
+
+	snprintf(buf, sizeof(buf), "%s", roles);
+	for (r = strtok_r(buf, ",", &save); r != NULL;
+	    r = strtok_r(NULL, ",", &save))
+		if (strcmp(r, role) == 0)
+			return 1;
+	return 0;
+}
+
+/*
+ * May caller u manage target (a user of tenant with roles)?  An admin may
+ * manage anyone; a tenant-admin only the users of their own tenant who
+ * hold neither admin nor tenant-admin, so that no tenant-admin can take
+ * over an account with as much power as theirs or more.  0, or an HTTP
+ * status with why.
+ */
+static int
+user_manage_check(const struct store_user *u, const char *tenant,
+    const char *roles, char *why, size_t whylen)
+{
+	if (user_has_role(u, "admin"))
+		return 0;
+	if (!user_has_role(u, "tenant-admin")) {
+		snprintf(why, whylen, "users are managed by the admin and "
+		    "tenant-admin roles");
+		return 403;
+	}
+	if (strcmp(tenant, u->su_tenant) != 0) {
+		snprintf(why, whylen, "a tenant-admin manages the users of "
+		    "tenant \"%s\" only", u->su_tenant);
+		return 403;
+	}
+	if (roles_have(roles, "admin") || roles_have(roles, "tenant-admin")) {
+		snprintf(why, whylen, "the admin and tenant-admin roles are "
+		    "granted, and their holders managed, by an admin only");
+		return 403;
+	}
+	return 0;
+}
+
+/* The named user (rest of the path), if the caller may manage them. */
+static int
+user_target(uint64_t id, const struct store_user *u, const char *name,
+    struct store_user *su)
+{
+	char	 why[160];
+	int	 st;
+
+	if (!user_has_role(u, "admin") && !user_has_role(u, "tenant-admin")) {
+		api_error(id, 403, "forbidden", "users are managed by the "
+		    "admin and tenant-admin roles");
+		return -1;
+	}
+	if (strlen(name) > 64 || !valid_name(name) ||
+	    store_user_get(name, su) == -1 || (!user_has_role(u, "admin") &&
+	    strcmp(su->su_tenant, u->su_tenant) != 0)) {
+		/* Another tenant's users are not even named to a tenant-admin. */
+		api_error(id, 404, "not_found", "no such user");
+		return -1;
+	}
+	if ((st = user_manage_check(u, su->su_tenant, su->su_roles, why,
+	    sizeof(why))) != 0) {
+		api_error(id, st, "forbidden", "%s", why);
+		return -1;
+	}
+	return 0;
+}
+
+/* GET /api/v1/admin/users: every user (admin), or the tenant's. */
+void
+users_api_list(uint64_t id, const struct store_user *u, const char *query)
+{
+	struct json_object	*all, *out, *e, *t;
+	size_t			 i;
+	int			 admin = user_has_role(u, "admin");
+
+	if (!admin && !user_has_role(u, "tenant-admin")) {
+		api_error(id, 403, "forbidden", "users are managed by the "
+		    "admin and tenant-admin roles");
+		return;
+	}
+	if (query != NULL && *query != '\0') {
+		api_error(id, 400, "bad_request", "no query parameters here");
+		return;
+	}
+	all = store_user_list();
+	out = json_object_new_array();
+	for (i = 0; i < json_object_array_length(all); i++) {
+		e = json_object_array_get_idx(all, i);
+		if (!admin && (!json_object_object_get_ex(e, "tenant", &t) ||
+		    strcmp(json_object_get_string(t), u->su_tenant) != 0))
+			continue;
+		json_object_array_add(out, json_object_get(e));
+	}
+	json_object_put(all);
+	e = json_object_new_object();
+	json_object_object_add(e, "users", out);
+	api_reply(id, 200, e);
+}
+
+/* POST /api/v1/admin/users {name, roles[], tenant?} -> {name, key}. */
+void
+users_api_add(uint64_t id, const struct store_user *u,
+    struct json_object *body)
+{
+	struct json_object	*arr = NULL, *r, *v;
+	struct store_user	 su;
+	const char		*name, *tenant = NULL, *role;
+	char			 roles[256], key[KEY_MAX], why[256];
+	size_t			 i, len = 0;
+	int			 st;
+
+	if (!user_has_role(u, "admin") && !user_has_role(u, "tenant-admin")) {
+		api_error(id, 403, "forbidden", "users are managed by the "
+		    "admin and tenant-admin roles");
+		return;
+	}
+	if (body == NULL || json_get_str(body, "name", 64, 0, &name) == -1 ||
+	    !valid_name(name)) {
+		api_error(id, 422, "invalid_field", "name: letters, digits "
+		    "and . _ @ - (64 at most)");
+		return;
+	}
+	if (json_get_str(body, "tenant", 64, 1, &tenant) == -1 ||
+	    (tenant != NULL && !valid_name(tenant))) {
+		api_error(id, 422, "invalid_field", "tenant: letters, digits "
+		    "and . _ @ - (64 at most)");
+		return;
+	}
+	if (tenant == NULL)
+		tenant = u->su_tenant;
+	roles[0] = '\0';
+	if (json_object_object_get_ex(body, "roles", &arr) &&
+	    !json_object_is_type(arr, json_type_array)) {
+		arr = NULL;
+		len = sizeof(roles);
+	}
+	for (i = 0; arr != NULL && i < json_object_array_length(arr); i++) {
+		v = json_object_array_get_idx(arr, i);
+		if (!json_object_is_type(v, json_type_string) ||
+		    strlen(role = json_object_get_string(v)) > 64 ||
+		    !valid_name(role) || len + strlen(role) + 2 >
+		    sizeof(roles)) {
+			len = sizeof(roles);
+			break;
+		}
+		if (roles_have(roles, role))
+			continue;
+		len += (size_t)snprintf(roles + len, sizeof(roles) - len,
+		    "%s%s", len > 0 ? "," : "", role);
+	}
+	if (len >= sizeof(roles)) {
+		api_error(id, 422, "invalid_field", "roles: an array of names "
+		    "of letters, digits and . _ @ - (255 bytes in all)");
+		return;
+	}
+	if ((st = user_manage_check(u, tenant, roles, why,
+	    sizeof(why))) != 0) {
+		api_error(id, st, "forbidden", "%s", why);
+		return;
+	}
+	if (store_user_get(name, &su) == 0) {
+		api_error(id, 409, "exists", "user \"%s\" exists already", name);
+		return;
+	}
+	if (user_change("user_add", name, tenant, roles, u, key, why,
+	    sizeof(why)) == -1) {
+		api_error(id, 503, "unavailable", "%s", why);
+		return;
+	}
+	log_info("admin: user_add for user %s by %s", name, u->su_name);
+	r = json_object_new_object();
+	json_object_object_add(r, "name", json_object_new_string(name));
+	json_object_object_add(r, "tenant", json_object_new_string(tenant));
+	json_object_object_add(r, "roles", json_object_new_string(roles));
+	json_object_object_add(r, "key", json_object_new_string(key));
+	explicit_bzero(key, sizeof(key));
+	api_reply(id, 200, r);
+}
+
+/* POST /api/v1/admin/users/NAME/key -> {name, key}: the old key ends. */
+void
+users_api_key(uint64_t id, const struct store_user *u, const char *name)
+{
+	struct json_object	*r;
+	struct store_user	 su;
+	char			 key[KEY_MAX], why[256];
+
+	if (user_target(id, u, name, &su) == -1)
+		return;
+	if (user_change("user_key", su.su_name, NULL, NULL, u, key, why,
+	    sizeof(why)) == -1) {
+		api_error(id, 503, "unavailable", "%s", why);
+		return;
+	}
+	log_info("admin: user_key for user %s by %s", su.su_name, u->su_name);
+	r = json_object_new_object();
+	json_object_object_add(r, "name", json_object_new_string(su.su_name));
+	json_object_object_add(r, "key", json_object_new_string(key));
+	explicit_bzero(key, sizeof(key));
+	api_reply(id, 200, r);
+}
+
+/* DELETE /api/v1/admin/users/NAME: not oneself. */
+void
+users_api_del(uint64_t id, const struct store_user *u, const char *name)
+{
+	struct json_object	*r;
+	struct store_user	 su;
+	char			 key[KEY_MAX], why[256];
+
+	if ((user_has_role(u, "admin") || user_has_role(u, "tenant-admin")) &&
+	    strcmp(name, u->su_name) == 0) {
+		api_error(id, 409, "self", "you cannot delete yourself here; "
+		    "another administrator or `mcpbrokerctl user del` can");
+		return;
+	}
+	if (user_target(id, u, name, &su) == -1)
+		return;
+	chat_forget_user(su.su_name);
+	if (user_change("user_del", su.su_name, NULL, NULL, u, key, why,
+	    sizeof(why)) == -1) {
+		api_error(id, 503, "unavailable", "%s", why);
+		return;
+	}
+	mcp_forget_user(su.su_name);
+	log_info("admin: user %s deleted by %s", su.su_name, u->su_name);
+	r = json_object_new_object();
+	json_object_object_add(r, "deleted", json_object_new_string(
+	    su.su_name));
+	api_reply(id, 200, r);
 }
 
 /* `mcpbrokerctl policy explain -u USER -t SERVER.TOOL`. */

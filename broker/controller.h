@@ -90,4 +90,19 @@ struct store_user;
 /* The user holds the role ("admin", "tenant-admin", ...). */
 int	user_has_role(const struct store_user *, const char *role);
 
+/*
+ * controller.c: users and keys for the console (/api/v1/admin/users), as
+ * `mcpbrokerctl user ...` with the caller on the audit row.
+ */
+void	users_api_list(uint64_t id, const struct store_user *,
+	    const char *query);
+void	users_api_add(uint64_t id, const struct store_user *,
+	    struct json_object *body);
+void	users_api_key(uint64_t id, const struct store_user *,
+	    const char *name);
+void	users_api_del(uint64_t id, const struct store_user *,
+	    const char *name);
+/* The restarts the parent reported for the worker (MSG_WORKER_DOWN). */
+unsigned int	controller_worker_restarts(const struct worker_link *);
+
 #endif

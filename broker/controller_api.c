@@ -424,6 +424,192 @@ r_pins_approve(uint64_t id, const struct store_user *u, const char *rest,
 }
 
 static void
+r_users(uint64_t id, const struct store_user *u, const char *rest,
+    struct json_object *body)
+{
+	(void)rest;
+	(void)body;
+	users_api_list(id, u, api_query);
+}
+
+static void
+r_user_add(uint64_t id, const struct store_user *u, const char *rest,
+    struct json_object *body)
+{
+	(void)rest;
+	users_api_add(id, u, body);
+}
+
+static void
+r_user_key(uint64_t id, const struct store_user *u, const char *rest,
+    struct json_object *body)
+{
+	(void)body;
+	users_api_key(id, u, rest);
+}
+
+static void
+r_user_del(uint64_t id, const struct store_user *u, const char *rest,
+    struct json_object *body)
+{
+	(void)body;
+	users_api_del(id, u, rest);
+}
+
+/* The distinct role names the tool rules mention, in order. */
+static size_t
+rule_roles(const struct policy_rule_list *rules, const char **out,
+    size_t max)
+{
+	const struct policy_rule	*pr;
+	size_t				 n = 0, i;
+
+	TAILQ_FOREACH(pr, rules, pr_entry) {
+		if (pr->pr_kind != POLICY_TOOL ||
+		    pr->pr_subject != SUBJECT_ROLE)
+			continue;
+		for (i = 0; i < n; i++)
+			if (strcmp(out[i], pr->pr_subject_name) == 0)
+				break;
+		if (i == n && n < max)
+			out[n++] = pr->pr_subject_name;
+	}
+	return n;
+}
+
+/*
+ * Who may use the tool: each role the rules name, as a caller holding
+ * just that role (no user, no tenant) would be answered when listing;
+ * "everyone" for a caller with no role; and the rules naming a user or a
+ * tenant that may apply, which such a view cannot evaluate.
+ */
+static void
+tool_access(struct json_object *o, const char *tid, const char **roles,
+    size_t nroles)
+{
+	const struct policy_rule_list	*rules = &controller_conf()->c_rules;
+	const struct policy_rule	*pr;
+	struct policy_caller		 pc;
+	struct policy_decision		 pd;
+	struct json_object		*arr, *e;
+	size_t				 i;
+
+	memset(&pc, 0, sizeof(pc));
+	policy_decide(rules, &pc, tid, NULL, 0, &pd);
+	json_object_object_add(o, "everyone", json_object_new_string(
+	    policy_action_str(pd.pd_action)));
+	arr = json_object_new_array();
+	pc.ps_nroles = 1;
+	for (i = 0; i < nroles; i++) {
+		pc.ps_roles = &roles[i];
+		policy_decide(rules, &pc, tid, NULL, 0, &pd);
+		if (pd.pd_action == POLICY_DENY)
+			continue;
+		e = json_object_new_object();
+		json_object_object_add(e, "role", json_object_new_string(
+		    roles[i]));
+		json_object_object_add(e, "action", json_object_new_string(
+		    policy_action_str(pd.pd_action)));
+		json_object_array_add(arr, e);
+	}
+	json_object_object_add(o, "roles", arr);
+	arr = json_object_new_array();
+	TAILQ_FOREACH(pr, rules, pr_entry) {
+		if (pr->pr_kind != POLICY_TOOL ||
+		    (pr->pr_subject != SUBJECT_USER &&
+		    pr->pr_subject != SUBJECT_TENANT))
+			continue;
+		for (i = 0; i < pr->pr_ntools; i++)
+			if (policy_glob_match(pr->pr_tools[i], tid))
+				break;
+		if (i == pr->pr_ntools)
+			continue;
+		e = json_object_new_object();
+		json_object_object_add(e, "subject", json_object_new_string(
+		    policy_subject_str(pr->pr_subject)));
+		json_object_object_add(e, "name", json_object_new_string(
+		    pr->pr_subject_name));
+		json_object_object_add(e, "action", json_object_new_string(
+		    policy_action_str(pr->pr_action)));
+		json_object_object_add(e, "line", json_object_new_int(
+		    pr->pr_line));
+		json_object_array_add(arr, e);
+	}
+	json_object_object_add(o, "other_rules", arr);
+}
+
+/*
+ * GET /api/v1/admin/servers: every configured server with its state, last
+ * error and restarts, and every tool its worker listed with who may use it.
+ */
+static void
+r_admin_servers(uint64_t id, const struct store_user *u, const char *rest,
+    struct json_object *body)
+{
+	const struct server_conf	*srv;
+	struct worker_link		*wl;
+	struct json_object		*r, *arr, *o, *tools, *t, *name, *out;
+	struct json_object		*e, *v;
+	const char			*state, *error, *roles[64];
+	char				 tid[256];
+	size_t				 nroles, i;
+
+	(void)rest;
+	(void)body;
+	if (!has_role(u, "admin")) {
+		api_error(id, 403, "forbidden", "servers are for the admin "
+		    "role");
+		return;
+	}
+	if (api_query != NULL && *api_query != '\0') {
+		api_error(id, 400, "bad_request", "no query parameters here");
+		return;
+	}
+	nroles = rule_roles(&controller_conf()->c_rules, roles, 64);
+	arr = json_object_new_array();
+	TAILQ_FOREACH(srv, &controller_conf()->c_servers, srv_entry) {
+		if ((wl = controller_worker(srv->srv_name)) == NULL)
+			continue;
+		state = controller_worker_state(wl, &error);
+		tools = controller_worker_tools(wl);
+		o = json_object_new_object();
+		json_object_object_add(o, "server",
+		    json_object_new_string(srv->srv_name));
+		json_object_object_add(o, "state", json_object_new_string(
+		    state));
+		json_object_object_add(o, "error", error != NULL ?
+		    json_object_new_string(error) : NULL);
+		json_object_object_add(o, "restarts", json_object_new_int64(
+		    controller_worker_restarts(wl)));
+		out = json_object_new_array();
+		for (i = 0; tools != NULL &&
+		    i < json_object_array_length(tools); i++) {
+			t = json_object_array_get_idx(tools, i);
+			if (!json_object_object_get_ex(t, "name", &name))
+				continue;
+			e = json_object_new_object();
+			json_object_object_add(e, "name", json_object_get(
+			    name));
+			if (json_object_object_get_ex(t, "description", &v))
+				json_object_object_add(e, "description",
+				    json_object_get(v));
+			json_object_object_add(e, "withheld",
+			    json_object_new_boolean(!controller_tool_usable(
+			    srv->srv_name, json_object_get_string(name))));
+			snprintf(tid, sizeof(tid), "%s.%s", srv->srv_name,
+			    json_object_get_string(name));
+			tool_access(e, tid, roles, nroles);
+			json_object_array_add(out, e);
+		}
+		json_object_object_add(o, "tools", out);
+		json_object_array_add(arr, o);
+	}
+	r = json_object_new_object();
+	json_object_object_add(r, "servers", arr);
+	api_reply(id, 200, r);
+}
+
+static void
 r_conversations(uint64_t id, const struct store_user *u, const char *rest,
     struct json_object *body)
 {
@@ -493,6 +679,11 @@ static const struct api_route api_routes[] = {
 	{ "GET", "/api/v1/admin/tools/pending", r_pins_pending },
 	{ "GET", "/api/v1/admin/tools/pins", r_pins },
 	{ "POST", "/api/v1/admin/tools/approve", r_pins_approve },
+	{ "GET", "/api/v1/admin/users", r_users },
+	{ "POST", "/api/v1/admin/users", r_user_add },
+	{ "POST", "/api/v1/admin/users/*/key", r_user_key },
+	{ "DELETE", "/api/v1/admin/users/", r_user_del },
+	{ "GET", "/api/v1/admin/servers", r_admin_servers },
 	{ "POST", "/llmchat/connect", r_connect },
 	{ "POST", "/llmchat/chat", r_chat },
 	{ "POST", "/llmchat/stop", r_stop },

@@ -34,25 +34,43 @@ class BrowserTest(unittest.TestCase):
             f.write("<script>alert('tool')</script><b>bold?</b>\n")
         for n in os.listdir(d):
             os.chmod(os.path.join(d, n), 0o644)
+        # a second server whose tools a file says, to change one later
+        d2 = tempfile.mkdtemp()
+        os.chmod(d2, 0o755)
+        tools = os.path.join(d2, "tools.json")
+        with open(tools, "w") as f:
+            json.dump({"tools": [{"name": "echo",
+                                  "description": "Echoes the text back",
+                                  "inputSchema": {"type": "object"}}]}, f)
+        os.chmod(tools, 0o644)
         os.environ["FAKE_LLM_KEY"] = KEY
         b = Broker('auth { api-keys }\n'
                    'provider "llm" { %s }\n'
                    'server "files" { command "%s" "%s" "%s" }\n'
+                   'server "mutable" { command "python3" "%s" "%s" }\n'
                    'confirm tool "files.list_directory"\n'
+                   'allow role "analyst" tool "files.read_text_file"\n'
                    'allow tool "*"\n'
-                   % (PROVIDERS["openai"] % llm.port, node(), FILESYSTEM, d))
+                   % (PROVIDERS["openai"] % llm.port, node(), FILESYSTEM, d,
+                      os.path.join(TESTS, "fixtures", "mutable_mcp_server.py"),
+                      tools))
         try:
             b.start()
             keys = {}
-            for name, roles in (("alice", []), ("root", ["admin"])):
+            for name, roles, tenant in (
+                    ("alice", [], None), ("root", ["admin"], None),
+                    ("tad", ["tenant-admin"], "acme"),
+                    ("carol", ["dev"], "acme"), ("zed", ["dev"], "globex")):
                 args = ["user", "add"]
                 for r in roles:
                     args += ["-r", r]
+                if tenant:
+                    args += ["-t", tenant]
                 keys[name] = b.ctl(*args, name).stdout.strip().splitlines()[-1]
             env = dict(os.environ, BASE="http://127.0.0.1:%d" % b.port,
                        LLM="http://127.0.0.1:%d" % llm.port,
                        KEYS=json.dumps(keys), DIR=d, CHROMIUM=CHROMIUM,
-                       TESTS_DIR=TESTS)
+                       TESTS_DIR=TESTS, MUTABLE_TOOLS=tools)
             r = subprocess.run([node(), os.path.join(HERE, "ui.mjs")],
                                env=env, timeout=240, capture_output=True,
                                text=True)
@@ -63,6 +81,7 @@ class BrowserTest(unittest.TestCase):
             b.stop()
             llm.stop()
             shutil.rmtree(d, ignore_errors=True)
+            shutil.rmtree(d2, ignore_errors=True)
 
 
 if __name__ == "__main__":
