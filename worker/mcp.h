@@ -113,6 +113,11 @@ struct mcp_session *mcp_session_new(struct event_base *,
 void		 mcp_session_start(struct mcp_session *);
 /* Hear of resource and prompt changes (none by default); arg as the cbs'. */
 void		 mcp_session_on_notify(struct mcp_session *, mcp_notify_fn);
+/*
+ * Frees the transport too, so not from inside a callback of the session:
+ * the transport may be delivering input (its read callback, a parser's
+ * loop) when the callback runs.  Defer it, as the worker does.
+ */
 void		 mcp_session_free(struct mcp_session *);
 
 enum mcp_state	 mcp_session_state(const struct mcp_session *);
