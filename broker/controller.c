@@ -488,7 +488,9 @@ worker_pins(struct worker_link *wl)
 	struct json_object		*w = NULL;
 	int				 changed;
 
-	srv = config_find_server(ctl.conf, wl->wl_name);
+	/* A worker's list may come before our first configuration. */
+	srv = ctl.conf != NULL ? config_find_server(ctl.conf, wl->wl_name) :
+	    NULL;
 	if (wl->wl_tools != NULL && srv != NULL)
 		w = pins_check(wl->wl_name, srv->srv_pin_policy, wl->wl_tools);
 	changed = !json_object_equal(w, wl->wl_withheld);
