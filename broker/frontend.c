@@ -6,6 +6,9 @@
  */
 #include <sys/socket.h>
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -299,6 +302,7 @@ conn_event(evutil_socket_t fd, short ev, void *arg)
 	struct fe_conn		*fc = arg;
 	bufferevent_data_cb	 readcb;
 	void			*cbarg;
+	int			 one = 1;
 
 	(void)ev;
 	if (fc->fc_evcon != NULL) {
@@ -316,6 +320,15 @@ conn_event(evutil_socket_t fd, short ev, void *arg)
 	}
 	fc->fc_evcon = cbarg;
 	evhttp_connection_set_closecb(fc->fc_evcon, conn_closed, fc);
+	/*
+	 * An answer may leave in more than one write (an event stream: the
+	 * head and an event, later its end).  With Nagle's algorithm the
+	 * second waits for the client to acknowledge the first, and a
+	 * client with nothing to send delays that by some 40 ms.
+	 */
+	if ((fd = bufferevent_getfd(fc->fc_bev)) != -1)
+		(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one,
+		    sizeof(one));
 	conn_arm(fc);
 }
 
