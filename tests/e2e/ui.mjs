@@ -316,6 +316,12 @@ try {
     await adm.fill('#f-tool', 'files.read_file');
     await adm.press('#f-tool', 'Enter');
     await adm.waitForSelector('#audit td.detail:has-text("note.txt")');
+    // The unfiltered table may still be showing: wait for the filtered one.
+    await adm.waitForFunction(() => {
+      const u = [...document.querySelectorAll('#audit tbody tr td:nth-child(3)')]
+        .map((t) => t.textContent);
+      return u.length > 0 && u.every((x) => x === 'alice');
+    });
     const kinds = await adm.locator('#audit tbody tr td:nth-child(3)').allTextContents();
     assert.ok(kinds.length > 0 && kinds.every((u) => u === 'alice'), kinds.join());
     if (SHOTS) await adm.screenshot({ path: `${SHOTS}/admin-audit.png` });
