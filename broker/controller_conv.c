@@ -47,51 +47,6 @@ now_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static sqlite3_stmt *
-prepare(const char *sql)
-{
-	sqlite3_stmt	*st;
-
-	if (store_db() == NULL || sqlite3_prepare_v2(store_db(), sql, -1, &st,
-	    NULL) != SQLITE_OK) {
-		log_warnx("conversations: %s", store_db() != NULL ?
-		    sqlite3_errmsg(store_db()) : "no database");
-		return NULL;
-	}
-	return st;
-}
-
-static int
-step_done(sqlite3_stmt *st)
-{
-	int	rc = sqlite3_step(st);
-
-	if (rc != SQLITE_DONE)
-		log_warnx("conversations: %s", sqlite3_errmsg(store_db()));
-	sqlite3_finalize(st);
-	return rc == SQLITE_DONE ? 0 : -1;
-}
-
-static void
-bind_str(sqlite3_stmt *st, int i, const char *s)
-{
-	if (s != NULL)
-		sqlite3_bind_text(st, i, s, -1, SQLITE_TRANSIENT);
-	else
-		sqlite3_bind_null(st, i);
-}
-
-static int
-exec_one(const char *sql, const char *arg)
-{
-	sqlite3_stmt	*st;
-
-	if ((st = prepare(sql)) == NULL)
-		return -1;
-	bind_str(st, 1, arg);
-	return step_done(st);
-}
-
 static void
 column_copy(sqlite3_stmt *st, int col, char *dst, size_t len)
 {
@@ -260,20 +215,20 @@ conv_create(struct conv_meta *cv)
 	sqlite3_stmt	*st;
 
 	cv->cv_created = cv->cv_updated = now_ms();
-	if ((st = prepare("INSERT INTO conversations (id, user, tenant, "
+	if ((st = store_prepare("INSERT INTO conversations (id, user, tenant, "
 	    "title, provider, model, toolset, created, updated) VALUES (?, ?, "
 	    "?, ?, ?, ?, ?, ?, ?)")) == NULL)
 		return -1;
-	bind_str(st, 1, cv->cv_id);
-	bind_str(st, 2, cv->cv_user);
-	bind_str(st, 3, cv->cv_tenant);
-	bind_str(st, 4, cv->cv_title);
-	bind_str(st, 5, cv->cv_provider);
-	bind_str(st, 6, cv->cv_model);
-	bind_str(st, 7, cv->cv_toolset);
+	store_bind_str(st, 1, cv->cv_id);
+	store_bind_str(st, 2, cv->cv_user);
+	store_bind_str(st, 3, cv->cv_tenant);
+	store_bind_str(st, 4, cv->cv_title);
+	store_bind_str(st, 5, cv->cv_provider);
+	store_bind_str(st, 6, cv->cv_model);
+	store_bind_str(st, 7, cv->cv_toolset);
 	sqlite3_bind_int64(st, 8, cv->cv_created);
 	sqlite3_bind_int64(st, 9, cv->cv_updated);
-	return step_done(st);
+	return store_step_done(st);
 }
 
 int
@@ -282,11 +237,11 @@ conv_get(const char *id, struct conv_meta *cv)
 	sqlite3_stmt	*st;
 	int		 found;
 
-	if ((st = prepare("SELECT id, user, tenant, provider, model, toolset, "
+	if ((st = store_prepare("SELECT id, user, tenant, provider, model, toolset, "
 	    "title, created, updated FROM conversations WHERE id = ?")) ==
 	    NULL)
 		return -1;
-	bind_str(st, 1, id);
+	store_bind_str(st, 1, id);
 	if ((found = sqlite3_step(st) == SQLITE_ROW))
 		conv_meta_from_row(st, cv);
 	sqlite3_finalize(st);
@@ -299,14 +254,14 @@ conv_resume(const char *id, const char *provider, const char *model,
 {
 	sqlite3_stmt	*st;
 
-	if ((st = prepare("UPDATE conversations SET provider = ?, model = ?, "
+	if ((st = store_prepare("UPDATE conversations SET provider = ?, model = ?, "
 	    "toolset = ? WHERE id = ?")) == NULL)
 		return -1;
-	bind_str(st, 1, provider);
-	bind_str(st, 2, model);
-	bind_str(st, 3, toolset);
-	bind_str(st, 4, id);
-	return step_done(st);
+	store_bind_str(st, 1, provider);
+	store_bind_str(st, 2, model);
+	store_bind_str(st, 3, toolset);
+	store_bind_str(st, 4, id);
+	return store_step_done(st);
 }
 
 /* [{id, name, arguments}]: arguments as the model wrote them. */
@@ -341,20 +296,20 @@ message_insert(const char *id, const struct chat_message *m,
 {
 	sqlite3_stmt	*st;
 
-	if ((st = prepare("INSERT INTO messages (conversation, seq, ts, role, "
+	if ((st = store_prepare("INSERT INTO messages (conversation, seq, ts, role, "
 	    "content, tool_calls, call_id, call_name, is_error) SELECT ?1, "
 	    "COALESCE(MAX(seq), 0) + 1, ?2, ?3, ?4, ?5, ?6, ?7, ?8 FROM "
 	    "messages WHERE conversation = ?1")) == NULL)
 		return -1;
-	bind_str(st, 1, id);
+	store_bind_str(st, 1, id);
 	sqlite3_bind_int64(st, 2, ts);
-	bind_str(st, 3, role_name(m->cm_role));
-	bind_str(st, 4, content);
-	bind_str(st, 5, calls);
-	bind_str(st, 6, m->cm_call_id);
-	bind_str(st, 7, m->cm_call_name);
+	store_bind_str(st, 3, role_name(m->cm_role));
+	store_bind_str(st, 4, content);
+	store_bind_str(st, 5, calls);
+	store_bind_str(st, 6, m->cm_call_id);
+	store_bind_str(st, 7, m->cm_call_name);
 	sqlite3_bind_int(st, 8, m->cm_is_error != 0);
-	return step_done(st);
+	return store_step_done(st);
 }
 
 /* The conversation moves to the top; its first user message names it. */
@@ -367,14 +322,14 @@ conversation_touch(const char *id, const struct chat_message *m, int64_t ts)
 	title[0] = '\0';
 	if (m->cm_role == ROLE_USER && m->cm_content != NULL)
 		conv_title(m->cm_content, title, sizeof(title));
-	if ((st = prepare("UPDATE conversations SET updated = ?1, title = "
+	if ((st = store_prepare("UPDATE conversations SET updated = ?1, title = "
 	    "CASE WHEN title = '' THEN ?2 ELSE title END WHERE id = ?3")) ==
 	    NULL)
 		return -1;
 	sqlite3_bind_int64(st, 1, ts);
-	bind_str(st, 2, title);
-	bind_str(st, 3, id);
-	if (step_done(st) == -1)
+	store_bind_str(st, 2, title);
+	store_bind_str(st, 3, id);
+	if (store_step_done(st) == -1)
 		return -1;
 	return sqlite3_changes(store_db()) == 1 ? 0 : -1;
 }
@@ -575,12 +530,12 @@ conv_load(const char *id, unsigned int max, struct chat_message **msgs,
 
 	*msgs = NULL;
 	*n = 0;
-	if ((st = prepare("SELECT role, content, tool_calls, call_id, "
+	if ((st = store_prepare("SELECT role, content, tool_calls, call_id, "
 	    "call_name, is_error FROM (SELECT * FROM messages WHERE "
 	    "conversation = ? ORDER BY seq DESC LIMIT ?) ORDER BY seq")) ==
 	    NULL)
 		return -1;
-	bind_str(st, 1, id);
+	store_bind_str(st, 1, id);
 	sqlite3_bind_int(st, 2, (int)max);
 	history_from_rows(st, &v);
 	sqlite3_finalize(st);
@@ -595,9 +550,9 @@ conv_load(const char *id, unsigned int max, struct chat_message **msgs,
 static int
 erase_rows(const char *id)
 {
-	return exec_one("DELETE FROM messages WHERE conversation = ?", id) ==
+	return store_exec_one("DELETE FROM messages WHERE conversation = ?", id) ==
 	    0 && usage_erase_conversation(id) == 0 &&
-	    exec_one("DELETE FROM conversations WHERE id = ?", id) == 0 ? 0 :
+	    store_exec_one("DELETE FROM conversations WHERE id = ?", id) == 0 ? 0 :
 	    -1;
 }
 
@@ -625,15 +580,15 @@ erase_where(const char *column, const char *value, int64_t *n)
 	    "IN (SELECT id FROM conversations WHERE %s = ?)", column);
 	if (store_begin("conv_erase_where") == -1)
 		return -1;
-	ok = exec_one(sql, value) == 0;
+	ok = store_exec_one(sql, value) == 0;
 	snprintf(sql, sizeof(sql), "DELETE FROM usage WHERE conversation IN "
 	    "(SELECT id FROM conversations WHERE %s = ?)", column);
-	ok = ok && exec_one(sql, value) == 0;
+	ok = ok && store_exec_one(sql, value) == 0;
 	snprintf(sql, sizeof(sql), "DELETE FROM conversations WHERE %s = ?",
 	    column);
-	if (ok && (st = prepare(sql)) != NULL) {
-		bind_str(st, 1, value);
-		ok = step_done(st) == 0;
+	if (ok && (st = store_prepare(sql)) != NULL) {
+		store_bind_str(st, 1, value);
+		ok = store_step_done(st) == 0;
 		*n = sqlite3_changes(store_db());
 	} else
 		ok = 0;
@@ -681,7 +636,7 @@ purge_due(const struct mcpbroker_conf *conf, int64_t now, struct idvec *v)
 
 	if (min == 0)
 		return 0;
-	if ((st = prepare("SELECT id, tenant, updated FROM conversations "
+	if ((st = store_prepare("SELECT id, tenant, updated FROM conversations "
 	    "WHERE updated < ?")) == NULL)
 		return -1;
 	sqlite3_bind_int64(st, 1, now - (int64_t)min);

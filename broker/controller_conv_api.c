@@ -31,40 +31,6 @@
 #define QUERY_MAX		200	/* bytes searched for */
 #define REPLY_TEXT_MAX		(2u * 1024 * 1024)	/* ×6 escaped < 16 MiB */
 
-static sqlite3_stmt *
-prepare(const char *sql)
-{
-	sqlite3_stmt	*st;
-
-	if (store_db() == NULL || sqlite3_prepare_v2(store_db(), sql, -1, &st,
-	    NULL) != SQLITE_OK) {
-		log_warnx("conversations: %s", store_db() != NULL ?
-		    sqlite3_errmsg(store_db()) : "no database");
-		return NULL;
-	}
-	return st;
-}
-
-static int
-step_done(sqlite3_stmt *st)
-{
-	int	rc = sqlite3_step(st);
-
-	if (rc != SQLITE_DONE)
-		log_warnx("conversations: %s", sqlite3_errmsg(store_db()));
-	sqlite3_finalize(st);
-	return rc == SQLITE_DONE ? 0 : -1;
-}
-
-static void
-bind_str(sqlite3_stmt *st, int i, const char *s)
-{
-	if (s != NULL)
-		sqlite3_bind_text(st, i, s, -1, SQLITE_TRANSIENT);
-	else
-		sqlite3_bind_null(st, i);
-}
-
 static const char *
 json_str(struct json_object *o, const char *key)
 {
@@ -438,10 +404,10 @@ conv_document(const struct conv_meta *cv, int64_t after)
 	int			 truncated = 0;
 
 	arr = json_object_new_array();
-	if ((st = prepare("SELECT seq, ts, role, content, tool_calls, call_id, "
+	if ((st = store_prepare("SELECT seq, ts, role, content, tool_calls, call_id, "
 	    "call_name, is_error FROM messages WHERE conversation = ? AND "
 	    "seq > ? ORDER BY seq")) != NULL) {
-		bind_str(st, 1, cv->cv_id);
+		store_bind_str(st, 1, cv->cv_id);
 		sqlite3_bind_int64(st, 2, after);
 		while (sqlite3_step(st) == SQLITE_ROW) {
 			if (bytes > REPLY_TEXT_MAX) {
@@ -518,7 +484,7 @@ list_statement(const struct list_query *lq)
 {
 	sqlite3_stmt	*st;
 
-	if ((st = prepare("SELECT c.id, c.user, c.tenant, c.provider, "
+	if ((st = store_prepare("SELECT c.id, c.user, c.tenant, c.provider, "
 	    "c.model, c.toolset, c.title, c.created, c.updated, (SELECT "
 	    "COUNT(*) FROM messages m WHERE m.conversation = c.id) FROM "
 	    "conversations c WHERE c.user = ?1 AND (?2 < 0 OR c.updated < ?2 "
@@ -527,10 +493,10 @@ list_statement(const struct list_query *lq)
 	    "m.conversation = c.id AND m.content LIKE ?4 ESCAPE '\\')) "
 	    "ORDER BY c.updated DESC, c.id DESC LIMIT ?5")) == NULL)
 		return NULL;
-	bind_str(st, 1, lq->lq_user);
+	store_bind_str(st, 1, lq->lq_user);
 	sqlite3_bind_int64(st, 2, lq->lq_updated);
-	bind_str(st, 3, lq->lq_id);
-	bind_str(st, 4, lq->lq_like);
+	store_bind_str(st, 3, lq->lq_id);
+	store_bind_str(st, 4, lq->lq_like);
 	sqlite3_bind_int64(st, 5, lq->lq_limit + 1);
 	return st;
 }
@@ -661,12 +627,12 @@ conv_api_rename(uint64_t id, const struct store_user *u, const char *conv,
 		return;
 	}
 	snprintf(cv.cv_title, sizeof(cv.cv_title), "%.*s", (int)len, title);
-	if ((st = prepare("UPDATE conversations SET title = ? WHERE id = ?"))
+	if ((st = store_prepare("UPDATE conversations SET title = ? WHERE id = ?"))
 	    == NULL)
 		goto fail;
-	bind_str(st, 1, cv.cv_title);
-	bind_str(st, 2, cv.cv_id);
-	if (step_done(st) == -1)
+	store_bind_str(st, 1, cv.cv_title);
+	store_bind_str(st, 2, cv.cv_id);
+	if (store_step_done(st) == -1)
 		goto fail;
 	api_reply(id, 200, meta_json(&cv));
 	return;

@@ -253,40 +253,6 @@ now_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static sqlite3_stmt *
-prepare(const char *sql)
-{
-	sqlite3_stmt	*st;
-
-	if (store_db() == NULL || sqlite3_prepare_v2(store_db(), sql, -1, &st,
-	    NULL) != SQLITE_OK) {
-		log_warnx("pins: %s", store_db() != NULL ?
-		    sqlite3_errmsg(store_db()) : "no database");
-		return NULL;
-	}
-	return st;
-}
-
-static int
-step_done(sqlite3_stmt *st)
-{
-	int	rc = sqlite3_step(st);
-
-	if (rc != SQLITE_DONE)
-		log_warnx("pins: %s", sqlite3_errmsg(store_db()));
-	sqlite3_finalize(st);
-	return rc == SQLITE_DONE ? 0 : -1;
-}
-
-static void
-bind_str(sqlite3_stmt *st, int i, const char *s)
-{
-	if (s != NULL)
-		sqlite3_bind_text(st, i, s, -1, SQLITE_TRANSIENT);
-	else
-		sqlite3_bind_null(st, i);
-}
-
 static const char *
 col_str(sqlite3_stmt *st, int i)
 {
@@ -309,10 +275,10 @@ pins_load(const char *server)
 	sqlite3_stmt		*st;
 	int			 rc;
 
-	if ((st = prepare("SELECT tool, sha256, pending_sha256 FROM tool_pins "
+	if ((st = store_prepare("SELECT tool, sha256, pending_sha256 FROM tool_pins "
 	    "WHERE server = ?1")) == NULL)
 		return NULL;
-	bind_str(st, 1, server);
+	store_bind_str(st, 1, server);
 	map = json_object_new_object();
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 		e = json_object_new_array();
@@ -336,11 +302,11 @@ pin_definition(const char *server, const char *tool)
 	sqlite3_stmt	*st;
 	char		*def = NULL;
 
-	if ((st = prepare("SELECT definition FROM tool_pins WHERE server = ?1 "
+	if ((st = store_prepare("SELECT definition FROM tool_pins WHERE server = ?1 "
 	    "AND tool = ?2")) == NULL)
 		return NULL;
-	bind_str(st, 1, server);
-	bind_str(st, 2, tool);
+	store_bind_str(st, 1, server);
+	store_bind_str(st, 2, tool);
 	if (sqlite3_step(st) == SQLITE_ROW && col_str(st, 0) != NULL &&
 	    (def = strdup(col_str(st, 0))) == NULL)
 		fatal("strdup");
@@ -425,15 +391,15 @@ pin_insert(const char *server, const struct pin_item *pi, int64_t now)
 {
 	sqlite3_stmt *st;
 
-	if ((st = prepare("INSERT INTO tool_pins (server, tool, sha256, "
+	if ((st = store_prepare("INSERT INTO tool_pins (server, tool, sha256, "
 	    "definition, first_seen) VALUES (?1, ?2, ?3, ?4, ?5)")) == NULL)
 		return -1;
-	bind_str(st, 1, server);
-	bind_str(st, 2, pi->pi_tool);
-	bind_str(st, 3, pi->pi_hash);
-	bind_str(st, 4, pi->pi_canon);
+	store_bind_str(st, 1, server);
+	store_bind_str(st, 2, pi->pi_tool);
+	store_bind_str(st, 3, pi->pi_hash);
+	store_bind_str(st, 4, pi->pi_canon);
 	sqlite3_bind_int64(st, 5, now);
-	return step_done(st);
+	return store_step_done(st);
 }
 
 static int
@@ -441,16 +407,16 @@ pin_set_pending(const char *server, const struct pin_item *pi, int64_t now)
 {
 	sqlite3_stmt *st;
 
-	if ((st = prepare("UPDATE tool_pins SET pending_sha256 = ?3, "
+	if ((st = store_prepare("UPDATE tool_pins SET pending_sha256 = ?3, "
 	    "pending_definition = ?4, pending_since = ?5 WHERE server = ?1 "
 	    "AND tool = ?2")) == NULL)
 		return -1;
-	bind_str(st, 1, server);
-	bind_str(st, 2, pi->pi_tool);
-	bind_str(st, 3, pi->pi_hash);
-	bind_str(st, 4, pi->pi_canon);
+	store_bind_str(st, 1, server);
+	store_bind_str(st, 2, pi->pi_tool);
+	store_bind_str(st, 3, pi->pi_hash);
+	store_bind_str(st, 4, pi->pi_canon);
 	sqlite3_bind_int64(st, 5, now);
-	return step_done(st);
+	return store_step_done(st);
 }
 
 static int
@@ -458,13 +424,13 @@ pin_clear_pending(const char *server, const char *tool)
 {
 	sqlite3_stmt *st;
 
-	if ((st = prepare("UPDATE tool_pins SET pending_sha256 = NULL, "
+	if ((st = store_prepare("UPDATE tool_pins SET pending_sha256 = NULL, "
 	    "pending_definition = NULL, pending_since = NULL WHERE "
 	    "server = ?1 AND tool = ?2")) == NULL)
 		return -1;
-	bind_str(st, 1, server);
-	bind_str(st, 2, tool);
-	return step_done(st);
+	store_bind_str(st, 1, server);
+	store_bind_str(st, 2, tool);
+	return store_step_done(st);
 }
 
 static struct json_object *
@@ -747,12 +713,12 @@ pending_list(const char *server, int *truncated)
 	int			 rc;
 
 	*truncated = 0;
-	if ((st = prepare("SELECT server, tool, sha256, definition, "
+	if ((st = store_prepare("SELECT server, tool, sha256, definition, "
 	    "pending_sha256, pending_definition, pending_since FROM tool_pins "
 	    "WHERE pending_sha256 IS NOT NULL AND (?1 IS NULL OR server = ?1) "
 	    "ORDER BY server, tool")) == NULL)
 		return NULL;
-	bind_str(st, 1, server);
+	store_bind_str(st, 1, server);
 	arr = json_object_new_array();
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 		bytes += (size_t)sqlite3_column_bytes(st, 3) +
@@ -801,11 +767,11 @@ pins_list(const char *server, int *truncated)
 	int			 rc;
 
 	*truncated = 0;
-	if ((st = prepare("SELECT server, tool, sha256, first_seen, "
+	if ((st = store_prepare("SELECT server, tool, sha256, first_seen, "
 	    "approved_at, approved_by, pending_sha256 FROM tool_pins WHERE "
 	    "(?1 IS NULL OR server = ?1) ORDER BY server, tool")) == NULL)
 		return NULL;
-	bind_str(st, 1, server);
+	store_bind_str(st, 1, server);
 	arr = json_object_new_array();
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 		if (json_object_array_length(arr) == PINS_MAX_ROWS) {
@@ -840,12 +806,12 @@ to_approve(const char *server, const char *tool)
 	sqlite3_stmt		*st;
 	int			 rc;
 
-	if ((st = prepare("SELECT tool, sha256, pending_sha256 FROM tool_pins "
+	if ((st = store_prepare("SELECT tool, sha256, pending_sha256 FROM tool_pins "
 	    "WHERE server = ?1 AND pending_sha256 IS NOT NULL AND "
 	    "(?2 IS NULL OR tool = ?2) ORDER BY tool")) == NULL)
 		return NULL;
-	bind_str(st, 1, server);
-	bind_str(st, 2, tool);
+	store_bind_str(st, 1, server);
+	store_bind_str(st, 2, tool);
 	arr = json_object_new_array();
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 		e = json_object_new_object();
@@ -877,18 +843,18 @@ approve_one(const char *server, struct json_object *e,
 	sqlite3_stmt		*st;
 	int64_t			 id;
 
-	if ((st = prepare("UPDATE tool_pins SET sha256 = pending_sha256, "
+	if ((st = store_prepare("UPDATE tool_pins SET sha256 = pending_sha256, "
 	    "definition = pending_definition, approved_at = ?4, "
 	    "approved_by = ?5, pending_sha256 = NULL, pending_definition = "
 	    "NULL, pending_since = NULL WHERE server = ?1 AND tool = ?2 AND "
 	    "pending_sha256 = ?3")) == NULL)
 		return -1;
-	bind_str(st, 1, server);
-	bind_str(st, 2, field(e, "tool"));
-	bind_str(st, 3, field(e, "pending_sha256"));
+	store_bind_str(st, 1, server);
+	store_bind_str(st, 2, field(e, "tool"));
+	store_bind_str(st, 3, field(e, "pending_sha256"));
 	sqlite3_bind_int64(st, 4, now);
-	bind_str(st, 5, ap->ap_by);
-	if (step_done(st) == -1)
+	store_bind_str(st, 5, ap->ap_by);
+	if (store_step_done(st) == -1)
 		return -1;
 	d = json_object_new_object();
 	json_object_object_add(d, "op", json_object_new_string(

@@ -41,45 +41,19 @@ id_hash(const char *id, unsigned char out[SHA256_DIGEST_LENGTH])
 	SHA256((const unsigned char *)id, strlen(id), out);
 }
 
-/* Run a prepared statement that returns no rows. */
-static int
-step_done(sqlite3_stmt *st)
-{
-	int rc = sqlite3_step(st);
-
-	sqlite3_finalize(st);
-	if (rc != SQLITE_DONE) {
-		log_warnx("database: sessions: %s", sqlite3_errmsg(store_db()));
-		return -1;
-	}
-	return 0;
-}
-
-static sqlite3_stmt *
-prepare(const char *sql)
-{
-	sqlite3_stmt *st;
-
-	if (sqlite3_prepare_v2(store_db(), sql, -1, &st, NULL) != SQLITE_OK) {
-		log_warnx("database: sessions: %s", sqlite3_errmsg(store_db()));
-		return NULL;
-	}
-	return st;
-}
-
 /* Keep the user's newest sessions only, leaving room for one more. */
 static int
 trim_user(const char *user)
 {
 	sqlite3_stmt *st;
 
-	if ((st = prepare("DELETE FROM sessions WHERE user = ?1 AND id_hash "
+	if ((st = store_prepare("DELETE FROM sessions WHERE user = ?1 AND id_hash "
 	    "NOT IN (SELECT id_hash FROM sessions WHERE user = ?1 ORDER BY "
 	    "created DESC LIMIT ?2)")) == NULL)
 		return -1;
 	sqlite3_bind_text(st, 1, user, -1, SQLITE_TRANSIENT);
 	sqlite3_bind_int(st, 2, SESSIONS_PER_USER - 1);
-	return step_done(st);
+	return store_step_done(st);
 }
 
 int
@@ -97,7 +71,7 @@ session_create(const char *user, const struct auth_conf *au,
 	}
 	id_hash(id, ws->ws_id_hash);
 	ws->ws_expires_ms = now + (int64_t)au->au_session_lifetime_ms;
-	if (trim_user(user) == -1 || (st = prepare("INSERT INTO sessions "
+	if (trim_user(user) == -1 || (st = store_prepare("INSERT INTO sessions "
 	    "(id_hash, user, csrf, created, last_seen, expires) VALUES "
 	    "(?, ?, ?, ?, ?, ?)")) == NULL)
 		goto fail;
@@ -108,7 +82,7 @@ session_create(const char *user, const struct auth_conf *au,
 	sqlite3_bind_int64(st, 4, now);
 	sqlite3_bind_int64(st, 5, now);
 	sqlite3_bind_int64(st, 6, ws->ws_expires_ms);
-	if (step_done(st) == -1)
+	if (store_step_done(st) == -1)
 		goto fail;
 	return 0;
  fail:
@@ -121,10 +95,10 @@ delete_hash(const unsigned char hash[SHA256_DIGEST_LENGTH])
 {
 	sqlite3_stmt *st;
 
-	if ((st = prepare("DELETE FROM sessions WHERE id_hash = ?")) == NULL)
+	if ((st = store_prepare("DELETE FROM sessions WHERE id_hash = ?")) == NULL)
 		return -1;
 	sqlite3_bind_blob(st, 1, hash, SHA256_DIGEST_LENGTH, SQLITE_TRANSIENT);
-	return step_done(st);
+	return store_step_done(st);
 }
 
 int
@@ -165,12 +139,12 @@ touch(const unsigned char hash[SHA256_DIGEST_LENGTH],
 
 	if (every > TOUCH_MAX_MS)
 		every = TOUCH_MAX_MS;
-	if (now - last_seen < every || (st = prepare("UPDATE sessions SET "
+	if (now - last_seen < every || (st = store_prepare("UPDATE sessions SET "
 	    "last_seen = ? WHERE id_hash = ?")) == NULL)
 		return;
 	sqlite3_bind_int64(st, 1, now);
 	sqlite3_bind_blob(st, 2, hash, SHA256_DIGEST_LENGTH, SQLITE_TRANSIENT);
-	(void)step_done(st);
+	(void)store_step_done(st);
 }
 
 static void
@@ -193,7 +167,7 @@ session_lookup(const char *id, const struct auth_conf *au,
 	if (!websec_token_valid(id))
 		return 1;
 	id_hash(id, ws->ws_id_hash);
-	if ((st = prepare("SELECT s.user, u.tenant, u.roles, s.csrf, "
+	if ((st = store_prepare("SELECT s.user, u.tenant, u.roles, s.csrf, "
 	    "s.created, s.last_seen, s.expires FROM sessions s JOIN users u "
 	    "ON u.name = s.user WHERE s.id_hash = ?")) == NULL)
 		return -1;
@@ -233,13 +207,13 @@ session_purge(const struct auth_conf *au)
 	sqlite3_stmt	*st;
 	int64_t		 now = now_ms();
 
-	if ((st = prepare("DELETE FROM sessions WHERE expires <= ?1 OR "
+	if ((st = store_prepare("DELETE FROM sessions WHERE expires <= ?1 OR "
 	    "created <= ?1 - ?2 OR last_seen <= ?1 - ?3")) == NULL)
 		return;
 	sqlite3_bind_int64(st, 1, now);
 	sqlite3_bind_int64(st, 2, (int64_t)au->au_session_lifetime_ms);
 	sqlite3_bind_int64(st, 3, (int64_t)au->au_session_idle_ms);
-	if (step_done(st) == 0 && sqlite3_changes(store_db()) > 0)
+	if (store_step_done(st) == 0 && sqlite3_changes(store_db()) > 0)
 		log_debug("sessions: %d expired ones purged",
 		    sqlite3_changes(store_db()));
 }

@@ -890,3 +890,51 @@ store_tenant_del(const char *tenant, int64_t *n)
 	*n = sqlite3_changes(db);
 	return 0;
 }
+
+/* ---- statements, for the other tables' modules ---- */
+
+sqlite3_stmt *
+store_prepare(const char *sql)
+{
+	sqlite3_stmt	*st;
+
+	if (db == NULL || sqlite3_prepare_v2(db, sql, -1, &st, NULL) !=
+	    SQLITE_OK) {
+		log_warnx("database: %s", db != NULL ? sqlite3_errmsg(db) :
+		    "not open");
+		return NULL;
+	}
+	return st;
+}
+
+int
+store_step_done(sqlite3_stmt *st)
+{
+	int	rc = sqlite3_step(st);
+
+	/* The message before finalizing, which may clear it. */
+	if (rc != SQLITE_DONE)
+		log_warnx("database: %s", sqlite3_errmsg(db));
+	sqlite3_finalize(st);
+	return rc == SQLITE_DONE ? 0 : -1;
+}
+
+void
+store_bind_str(sqlite3_stmt *st, int i, const char *s)
+{
+	if (s != NULL)
+		sqlite3_bind_text(st, i, s, -1, SQLITE_TRANSIENT);
+	else
+		sqlite3_bind_null(st, i);
+}
+
+int
+store_exec_one(const char *sql, const char *arg)
+{
+	sqlite3_stmt	*st;
+
+	if ((st = store_prepare(sql)) == NULL)
+		return -1;
+	store_bind_str(st, 1, arg);
+	return store_step_done(st);
+}

@@ -61,4 +61,16 @@ int	store_user_get(const char *name, struct store_user *);
 /* The user this API key belongs to: 0, or -1 for no such key. */
 int	store_authenticate(const char *key, struct store_user *);
 
+/*
+ * Statements on the one connection, for the other tables' modules; a
+ * failure is logged with SQLite's message.  store_step_done runs a
+ * statement that returns no rows and finalizes it: 0, or -1.
+ */
+struct sqlite3_stmt *store_prepare(const char *sql);
+int	store_step_done(struct sqlite3_stmt *);
+/* Text, or NULL for SQL NULL. */
+void	store_bind_str(struct sqlite3_stmt *, int i, const char *s);
+/* One statement with one text parameter. */
+int	store_exec_one(const char *sql, const char *arg);
+
 #endif

@@ -125,75 +125,28 @@ usd_json(int64_t nusd)
 
 /* ---- the database ---- */
 
-static sqlite3_stmt *
-prepare(const char *sql)
-{
-	sqlite3_stmt	*st;
-
-	if (store_db() == NULL || sqlite3_prepare_v2(store_db(), sql, -1, &st,
-	    NULL) != SQLITE_OK) {
-		log_warnx("usage: %s", store_db() != NULL ?
-		    sqlite3_errmsg(store_db()) : "no database");
-		return NULL;
-	}
-	return st;
-}
-
-/* Run a statement to its end; -1 on failure. */
-static int
-step_done(sqlite3_stmt *st)
-{
-	int	rc = sqlite3_step(st);
-
-	if (rc != SQLITE_DONE)
-		log_warnx("usage: %s", sqlite3_errmsg(store_db()));
-	sqlite3_finalize(st);
-	return rc == SQLITE_DONE ? 0 : -1;
-}
-
-static void
-bind_str(sqlite3_stmt *st, int i, const char *s)
-{
-	if (s != NULL)
-		sqlite3_bind_text(st, i, s, -1, SQLITE_TRANSIENT);
-	else
-		sqlite3_bind_null(st, i);
-}
-
-/* One statement with one text parameter, for erasure. */
-static int
-exec_one(const char *sql, const char *arg)
-{
-	sqlite3_stmt	*st;
-
-	if ((st = prepare(sql)) == NULL)
-		return -1;
-	bind_str(st, 1, arg);
-	return step_done(st);
-}
-
 static int
 record_detail(const struct usage_who *w, const struct usage_call *uc)
 {
 	sqlite3_stmt	*st;
 
-	if ((st = prepare("INSERT INTO usage (ts, user, tenant, conversation, "
+	if ((st = store_prepare("INSERT INTO usage (ts, user, tenant, conversation, "
 	    "provider, model, input_tokens, output_tokens, estimated, "
 	    "tool_calls, cost_nusd) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
 	    "?)")) == NULL)
 		return -1;
 	sqlite3_bind_int64(st, 1, (sqlite3_int64)uc->uc_when * 1000);
-	bind_str(st, 2, w->uw_user);
-	bind_str(st, 3, w->uw_tenant);
-	bind_str(st, 4, uc->uc_conversation);
-	bind_str(st, 5, uc->uc_provider);
-	bind_str(st, 6, uc->uc_model);
+	store_bind_str(st, 2, w->uw_user);
+	store_bind_str(st, 3, w->uw_tenant);
+	store_bind_str(st, 4, uc->uc_conversation);
+	store_bind_str(st, 5, uc->uc_provider);
+	store_bind_str(st, 6, uc->uc_model);
 	sqlite3_bind_int64(st, 7, (sqlite3_int64)uc->uc_input);
 	sqlite3_bind_int64(st, 8, (sqlite3_int64)uc->uc_output);
 	sqlite3_bind_int(st, 9, uc->uc_estimated != 0);
 	sqlite3_bind_int(st, 10, (int)uc->uc_tool_calls);
 	sqlite3_bind_int64(st, 11, uc->uc_cost_nusd);
-	return step_done(st);
+	return store_step_done(st);
 }
 
 static int
@@ -202,7 +155,7 @@ record_daily(const struct usage_who *w, const struct usage_call *uc)
 	sqlite3_stmt	*st;
 	char		 day[DAY_LEN];
 
-	if ((st = prepare("INSERT INTO usage_daily (day, tenant, user, "
+	if ((st = store_prepare("INSERT INTO usage_daily (day, tenant, user, "
 	    "provider, model, calls, input_tokens, output_tokens, "
 	    "estimated_calls, tool_calls, cost_nusd) VALUES (?, ?, ?, ?, ?, "
 	    "1, ?, ?, ?, ?, ?) ON CONFLICT (day, tenant, user, provider, "
@@ -213,17 +166,17 @@ record_daily(const struct usage_who *w, const struct usage_call *uc)
 	    "tool_calls + excluded.tool_calls, cost_nusd = cost_nusd + "
 	    "excluded.cost_nusd")) == NULL)
 		return -1;
-	bind_str(st, 1, usage_day(uc->uc_when, day, sizeof(day)));
-	bind_str(st, 2, w->uw_tenant);
-	bind_str(st, 3, w->uw_user);
-	bind_str(st, 4, uc->uc_provider);
-	bind_str(st, 5, uc->uc_model);
+	store_bind_str(st, 1, usage_day(uc->uc_when, day, sizeof(day)));
+	store_bind_str(st, 2, w->uw_tenant);
+	store_bind_str(st, 3, w->uw_user);
+	store_bind_str(st, 4, uc->uc_provider);
+	store_bind_str(st, 5, uc->uc_model);
 	sqlite3_bind_int64(st, 6, (sqlite3_int64)uc->uc_input);
 	sqlite3_bind_int64(st, 7, (sqlite3_int64)uc->uc_output);
 	sqlite3_bind_int(st, 8, uc->uc_estimated != 0);
 	sqlite3_bind_int(st, 9, (int)uc->uc_tool_calls);
 	sqlite3_bind_int64(st, 10, uc->uc_cost_nusd);
-	return step_done(st);
+	return store_step_done(st);
 }
 
 /* ---- budgets ---- */
@@ -274,7 +227,7 @@ budget_used(const struct budget_conf *bg, const char *holder, time_t now,
 	bs->bs_budget = bg;
 	bs->bs_holder = holder;
 	budget_period(bg->bg_metric, now, &bs->bs_start, &bs->bs_reset);
-	if ((st = prepare(bg->bg_scope == BUDGET_TENANT ?
+	if ((st = store_prepare(bg->bg_scope == BUDGET_TENANT ?
 	    "SELECT COALESCE(SUM(input_tokens + output_tokens), 0), "
 	    "COALESCE(SUM(cost_nusd), 0) FROM usage_daily WHERE tenant = ? "
 	    "AND day >= ? AND day < ?" :
@@ -282,9 +235,9 @@ budget_used(const struct budget_conf *bg, const char *holder, time_t now,
 	    "COALESCE(SUM(cost_nusd), 0) FROM usage_daily WHERE user = ? "
 	    "AND day >= ? AND day < ?")) == NULL)
 		return -1;
-	bind_str(st, 1, holder);
-	bind_str(st, 2, usage_day(bs->bs_start, from, sizeof(from)));
-	bind_str(st, 3, usage_day(bs->bs_reset, to, sizeof(to)));
+	store_bind_str(st, 1, holder);
+	store_bind_str(st, 2, usage_day(bs->bs_start, from, sizeof(from)));
+	store_bind_str(st, 3, usage_day(bs->bs_reset, to, sizeof(to)));
 	if ((rc = sqlite3_step(st)) == SQLITE_ROW)
 		bs->bs_used = (double)sqlite3_column_int64(st,
 		    metric_usd(bg->bg_metric) ? 1 : 0);
@@ -371,19 +324,19 @@ budget_alert(const struct budget_status *bs, const struct usage_who *w,
 
 	if (store_begin("budget_alert") == -1)
 		return;
-	if ((st = prepare("INSERT OR IGNORE INTO budget_alerts (scope, name, "
+	if ((st = store_prepare("INSERT OR IGNORE INTO budget_alerts (scope, name, "
 	    "metric, holder, tenant, period, percent, ts) VALUES (?, ?, ?, ?, "
 	    "?, ?, ?, ?)")) == NULL)
 		goto out;
-	bind_str(st, 1, budget_scope_str(bg->bg_scope));
-	bind_str(st, 2, bg->bg_subject);
-	bind_str(st, 3, budget_metric_str(bg->bg_metric));
-	bind_str(st, 4, bs->bs_holder);
-	bind_str(st, 5, w->uw_tenant);
-	bind_str(st, 6, usage_day(bs->bs_start, period, sizeof(period)));
+	store_bind_str(st, 1, budget_scope_str(bg->bg_scope));
+	store_bind_str(st, 2, bg->bg_subject);
+	store_bind_str(st, 3, budget_metric_str(bg->bg_metric));
+	store_bind_str(st, 4, bs->bs_holder);
+	store_bind_str(st, 5, w->uw_tenant);
+	store_bind_str(st, 6, usage_day(bs->bs_start, period, sizeof(period)));
 	sqlite3_bind_int(st, 7, percent);
 	sqlite3_bind_int64(st, 8, (sqlite3_int64)time(NULL) * 1000);
-	if (step_done(st) == -1)
+	if (store_step_done(st) == -1)
 		goto out;
 	if (sqlite3_changes(store_db()) == 0) {
 		ok = 1;			/* said already this period */
@@ -453,7 +406,7 @@ usage_record(const struct mcpbroker_conf *conf, const struct usage_who *w,
 int
 usage_erase_conversation(const char *conversation)
 {
-	return exec_one("DELETE FROM usage WHERE conversation = ?",
+	return store_exec_one("DELETE FROM usage WHERE conversation = ?",
 	    conversation);
 }
 
@@ -465,8 +418,8 @@ usage_erase_conversation(const char *conversation)
 int
 usage_erase_user(const char *user)
 {
-	if (exec_one("DELETE FROM usage WHERE user = ?", user) == -1 ||
-	    exec_one("INSERT INTO usage_daily (day, tenant, user, provider, "
+	if (store_exec_one("DELETE FROM usage WHERE user = ?", user) == -1 ||
+	    store_exec_one("INSERT INTO usage_daily (day, tenant, user, provider, "
 	    "model, calls, input_tokens, output_tokens, estimated_calls, "
 	    "tool_calls, cost_nusd) SELECT day, tenant, '', provider, model, "
 	    "calls, input_tokens, output_tokens, estimated_calls, tool_calls, "
@@ -478,9 +431,9 @@ usage_erase_user(const char *user)
 	    "excluded.estimated_calls, tool_calls = tool_calls + "
 	    "excluded.tool_calls, cost_nusd = cost_nusd + excluded.cost_nusd",
 	    user) == -1 ||
-	    exec_one("DELETE FROM usage_daily WHERE user = ?", user) == -1)
+	    store_exec_one("DELETE FROM usage_daily WHERE user = ?", user) == -1)
 		return -1;
-	return exec_one("DELETE FROM budget_alerts WHERE holder = ? AND scope "
+	return store_exec_one("DELETE FROM budget_alerts WHERE holder = ? AND scope "
 	    "<> 'tenant'", user);
 }
 
@@ -488,11 +441,11 @@ int
 usage_erase_tenant(const char *tenant, int64_t *days)
 {
 	*days = 0;
-	if (exec_one("DELETE FROM usage WHERE tenant = ?", tenant) == -1 ||
-	    exec_one("DELETE FROM usage_daily WHERE tenant = ?", tenant) == -1)
+	if (store_exec_one("DELETE FROM usage WHERE tenant = ?", tenant) == -1 ||
+	    store_exec_one("DELETE FROM usage_daily WHERE tenant = ?", tenant) == -1)
 		return -1;
 	*days = sqlite3_changes(store_db());
-	return exec_one("DELETE FROM budget_alerts WHERE tenant = ?", tenant);
+	return store_exec_one("DELETE FROM budget_alerts WHERE tenant = ?", tenant);
 }
 
 /* A period that started before last month's first day is long over. */
@@ -504,7 +457,7 @@ usage_prune_alerts(time_t now)
 
 	budget_period(BUDGET_MONTHLY_USD, now, &start, &reset);
 	budget_period(BUDGET_MONTHLY_USD, start - 1, &start, &reset);
-	(void)exec_one("DELETE FROM budget_alerts WHERE period < ?",
+	(void)store_exec_one("DELETE FROM budget_alerts WHERE period < ?",
 	    usage_day(start, day, sizeof(day)));
 }
 
@@ -616,7 +569,7 @@ usage_rows(const char *tenant, const char *user, const struct usage_range *r,
 	int			 rc;
 
 	*status = 500;
-	st = prepare(user != NULL ?
+	st = store_prepare(user != NULL ?
 	    "SELECT day, provider, model, NULL, SUM(calls), SUM(input_tokens),"
 	    " SUM(output_tokens), SUM(estimated_calls), SUM(tool_calls), "
 	    "SUM(cost_nusd) FROM usage_daily WHERE tenant = ?1 AND user = ?2 "
@@ -631,10 +584,10 @@ usage_rows(const char *tenant, const char *user, const struct usage_range *r,
 		json_object_put(rows);
 		return NULL;
 	}
-	bind_str(st, 1, tenant);
-	bind_str(st, 2, user);
-	bind_str(st, 3, r->ur_from);
-	bind_str(st, 4, r->ur_to);
+	store_bind_str(st, 1, tenant);
+	store_bind_str(st, 2, user);
+	store_bind_str(st, 3, r->ur_from);
+	store_bind_str(st, 4, r->ur_to);
 	memset(t, 0, sizeof(*t));
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW &&
 	    json_object_array_length(rows) < USAGE_MAX_ROWS) {
