@@ -18,7 +18,6 @@
 #include <time.h>
 
 #include <event2/buffer.h>
-#include <openssl/sha.h>
 #include <event2/event.h>
 #include <json-c/json.h>
 
@@ -73,6 +72,7 @@ struct call {
 	struct event		*c_timer;	/* approval deadline */
 	int64_t			 c_audit;	/* the intent row, or 0 */
 	struct audit_async	*c_intent;	/* intent row being committed */
+	struct audit_async	*c_outcome;	/* outcome row being committed */
 	struct json_object	*c_decided;	/* its arguments, meanwhile */
 	enum verdict		 c_verdict;	/* what follows the commit */
 	char			*c_why;		/* a refusal, for the model */
@@ -142,7 +142,8 @@ static struct session_list	sessions = TAILQ_HEAD_INITIALIZER(sessions);
 
 static void	round_start(struct turn *);
 static void	round_results(struct turn *);
-static void	audit_outcome(struct turn *, struct call *, const char *);
+static struct audit_async *audit_outcome(struct turn *, struct call *,
+	    const char *, audit_done_fn, void *);
 static void	audit_forged(struct turn *, struct call *);
 static void	audit_approval(struct turn *, struct call *, const char *);
 static void	approval_clear(struct call *);
@@ -629,12 +630,17 @@ turn_free(struct turn *t)
 		if (t->t_calls[i].c_call != 0 && !t->t_calls[i].c_done) {
 			controller_cancel_call(t->t_calls[i].c_call);
 			free(t->t_calls[i].c_ref);
-			audit_outcome(t, &t->t_calls[i], "cancelled");
+			(void)audit_outcome(t, &t->t_calls[i], "cancelled", NULL,
+			    NULL);
 		}
 		if (t->t_calls[i].c_pending != NULL)	/* still asking */
 			approval_clear(&t->t_calls[i]);
 		if (t->t_calls[i].c_intent != NULL)	/* not sent yet */
 			intent_abandon(t, &t->t_calls[i]);
+		if (t->t_calls[i].c_outcome != NULL) {	/* not told yet */
+			(void)audit_settle(t->t_calls[i].c_outcome);
+			free(t->t_calls[i].c_ref);
+		}
 		free(t->t_calls[i].c_why);
 		free(t->t_calls[i].c_name);
 		free(t->t_calls[i].c_args);
@@ -880,15 +886,19 @@ invocation_add(struct turn *t, struct call *c)
 	json_object_array_add(t->t_invocations, inv);
 }
 
-static void
-call_finish(struct turn *t, struct call *c, const char *output, int error)
-{
-	struct json_object *o = json_object_new_object();
+struct call_ref {
+	struct turn	*cr_turn;
+	size_t		 cr_index;
+};
 
-	c->c_done = 1;
-	c->c_output = xstrdup(output);
-	c->c_error = error;
-	audit_outcome(t, c, error ? "error" : "ok");
+/* The call's end, on record: now the user and the model may know it. */
+static void
+call_report(struct turn *t, struct call *c)
+{
+	struct json_object	*o = json_object_new_object();
+	const char		*output = c->c_output;
+	int			 error = c->c_error;
+
 	json_object_object_add(o, "id", json_object_new_string(c->c_id));
 	json_object_object_add(o, "tool", json_object_new_string(c->c_map ?
 	    c->c_map->tm_tool : c->c_name));
@@ -910,10 +920,46 @@ call_finish(struct turn *t, struct call *c, const char *output, int error)
 		round_after_tools(t);
 }
 
-struct call_ref {
-	struct turn	*cr_turn;
-	size_t		 cr_index;
-};
+static void
+outcome_recorded(int64_t id, void *arg)
+{
+	struct call_ref	 cr = *(struct call_ref *)arg;
+	struct call	*c = &cr.cr_turn->t_calls[cr.cr_index];
+
+	free(arg);
+	c->c_ref = NULL;
+	c->c_outcome = NULL;
+	if (id == -1)
+		log_warnx("chat %s: the outcome of a call was not recorded",
+		    cr.cr_turn->t_s->s_user);
+	call_report(cr.cr_turn, c);
+}
+
+/*
+ * A call that ran has its outcome row go to the next group commit, and
+ * nobody hears its result before the row is written (outcome_recorded);
+ * one refused before it ran has no outcome row and is reported at once.
+ */
+static void
+call_finish(struct turn *t, struct call *c, const char *output, int error)
+{
+	struct call_ref *cr;
+
+	c->c_done = 1;
+	c->c_output = xstrdup(output);
+	c->c_error = error;
+	if (c->c_audit <= 0) {
+		call_report(t, c);
+		return;
+	}
+	if ((cr = malloc(sizeof(*cr))) == NULL)
+		fatal("malloc");
+	cr->cr_turn = t;
+	cr->cr_index = (size_t)(c - t->t_calls);
+	c->c_ref = cr;
+	c->c_outcome = audit_outcome(t, c, error ? "error" : "ok",
+	    outcome_recorded, cr);
+}
 
 static void
 call_done(struct json_object *result, struct json_object *error, void *arg)
@@ -952,14 +998,9 @@ action_str(enum policy_action a)
  * show that it is the one the call carried.
  */
 static void
-args_digest(const char *text, char out[65])
+args_digest(const char *text, char out[SHA256_HEX_LEN + 1])
 {
-	unsigned char	h[SHA256_DIGEST_LENGTH];
-	int		i;
-
-	SHA256((const unsigned char *)text, strlen(text), h);
-	for (i = 0; i < SHA256_DIGEST_LENGTH; i++)
-		snprintf(out + 2 * i, 3, "%02x", h[i]);
+	sha256_hex(text, strlen(text), out);
 }
 
 static void	intent_recorded(int64_t, void *);
@@ -1039,14 +1080,19 @@ audit_approval(struct turn *t, struct call *c, const char *answer)
 	json_object_put(d);
 }
 
-/* How a call that ran ended, tied to its intent row. */
-static void
-audit_outcome(struct turn *t, struct call *c, const char *outcome)
+/*
+ * How a call that ran ended, tied to its intent row: with done, queued for
+ * the group commit (done runs once it is written); without, written now.
+ */
+static struct audit_async *
+audit_outcome(struct turn *t, struct call *c, const char *outcome,
+    audit_done_fn done, void *arg)
 {
-	struct json_object *d;
+	struct audit_async	*a = NULL;
+	struct json_object	*d;
 
 	if (c->c_audit <= 0)
-		return;
+		return NULL;
 	d = json_object_new_object();
 	json_object_object_add(d, "intent", json_object_new_int64(c->c_audit));
 	json_object_object_add(d, "outcome", json_object_new_string(outcome));
@@ -1056,12 +1102,16 @@ audit_outcome(struct turn *t, struct call *c, const char *outcome)
 	    monotonic_ms() - c->c_start_ms));
 	json_object_object_add(d, "result_bytes", json_object_new_int64(
 	    c->c_output != NULL ? (int64_t)strlen(c->c_output) : 0));
-	if (audit_append(AUDIT_KIND_RESULT, t->t_s->s_user, t->t_s->s_tenant,
-	    d) == -1)
+	if (done != NULL)
+		a = audit_append_async(AUDIT_KIND_RESULT, t->t_s->s_user,
+		    t->t_s->s_tenant, d, done, arg);
+	else if (audit_append(AUDIT_KIND_RESULT, t->t_s->s_user,
+	    t->t_s->s_tenant, d) == -1)
 		log_warnx("chat %s: the outcome of audit row %" PRId64 " was not "
 		    "recorded", t->t_s->s_user, c->c_audit);
 	json_object_put(d);
 	c->c_audit = 0;
+	return a;
 }
 
 /*
@@ -1178,7 +1228,7 @@ intent_abandon(struct turn *t, struct call *c)
 	c->c_decided = NULL;
 	if (id > 0 && c->c_verdict != V_REFUSE) {
 		c->c_audit = id;
-		audit_outcome(t, c, "cancelled");
+		(void)audit_outcome(t, c, "cancelled", NULL, NULL);
 	}
 }
 

@@ -130,15 +130,6 @@ column_text(sqlite3_stmt *st, int i)
 	return t;
 }
 
-static void
-hex(const unsigned char *h, size_t len, char *out)
-{
-	size_t i;
-
-	for (i = 0; i < len; i++)
-		snprintf(out + 2 * i, 3, "%02x", h[i]);
-}
-
 /* ---- appending ---- */
 
 static int64_t
@@ -161,8 +152,8 @@ head_get(int64_t *last_id, unsigned char last_hash[AUDIT_HASH_LEN])
 	sqlite3_stmt	*st;
 	int		 ok = 0;
 
-	if (sqlite3_prepare_v2(store_db(), "SELECT last_id, last_hash FROM "
-	    "audit_checkpoint WHERE id = 1", -1, &st, NULL) != SQLITE_OK)
+	if ((st = store_cached("SELECT last_id, last_hash FROM "
+	    "audit_checkpoint WHERE id = 1")) == NULL)
 		return -1;
 	if (sqlite3_step(st) == SQLITE_ROW &&
 	    sqlite3_column_bytes(st, 1) == AUDIT_HASH_LEN) {
@@ -170,20 +161,11 @@ head_get(int64_t *last_id, unsigned char last_hash[AUDIT_HASH_LEN])
 		memcpy(last_hash, sqlite3_column_blob(st, 1), AUDIT_HASH_LEN);
 		ok = 1;
 	}
-	sqlite3_finalize(st);
+	store_release(st);
 	if (!ok)
 		log_warnx("audit: the checkpoint is missing or damaged; "
 		    "run `mcpbrokerctl audit verify`");
 	return ok ? 0 : -1;
-}
-
-static int
-step_done(sqlite3_stmt *st)
-{
-	int rc = sqlite3_step(st);
-
-	sqlite3_finalize(st);
-	return rc == SQLITE_DONE ? 0 : -1;
 }
 
 /* One row through the chain's prepared INSERT. */
@@ -214,15 +196,17 @@ row_insert(sqlite3_stmt *st, const struct audit_row *r,
 static int
 head_set(int64_t id, const unsigned char *hash)
 {
-	sqlite3_stmt *st;
+	sqlite3_stmt	*st;
+	int		 rc;
 
-	if (sqlite3_prepare_v2(store_db(), "UPDATE audit_checkpoint SET "
-	    "last_id = ?, last_hash = ? WHERE id = 1", -1, &st, NULL) !=
-	    SQLITE_OK)
+	if ((st = store_cached("UPDATE audit_checkpoint SET last_id = ?, "
+	    "last_hash = ? WHERE id = 1")) == NULL)
 		return -1;
 	sqlite3_bind_int64(st, 1, id);
 	sqlite3_bind_blob(st, 2, hash, AUDIT_HASH_LEN, SQLITE_STATIC);
-	if (step_done(st) == -1 || sqlite3_changes(store_db()) != 1)
+	rc = sqlite3_step(st);
+	store_release(st);
+	if (rc != SQLITE_DONE || sqlite3_changes(store_db()) != 1)
 		return -1;
 	return 0;
 }
@@ -246,9 +230,9 @@ chain_open(struct chain *c)
 	if (head_get(&c->ch_id, c->ch_hash) == -1)
 		return -1;
 	c->ch_first = c->ch_id;
-	if (sqlite3_prepare_v2(store_db(), "INSERT INTO audit (id, ts, kind, "
+	if ((c->ch_insert = store_cached("INSERT INTO audit (id, ts, kind, "
 	    "user, tenant, detail, prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?, "
-	    "?, ?)", -1, &c->ch_insert, NULL) != SQLITE_OK)
+	    "?, ?)")) == NULL)
 		return -1;
 	return 0;
 }
@@ -283,7 +267,8 @@ chain_add(struct chain *c, const char *kind, const char *user,
 static int
 chain_close(struct chain *c, int ok)
 {
-	sqlite3_finalize(c->ch_insert);
+	if (c->ch_insert != NULL)
+		store_release(c->ch_insert);
 	c->ch_insert = NULL;
 	if (ok && c->ch_id != c->ch_first && head_set(c->ch_id,
 	    c->ch_hash) == -1) {
@@ -1030,7 +1015,7 @@ add_hex(struct json_object *o, const char *key, sqlite3_stmt *st, int i)
 	if (len > AUDIT_HASH_LEN)
 		len = AUDIT_HASH_LEN;
 	if (len > 0)
-		hex(sqlite3_column_blob(st, i), (size_t)len, h);
+		hex_encode(sqlite3_column_blob(st, i), (size_t)len, h);
 	json_object_object_add(o, key, json_object_new_string(h));
 }
 
@@ -1171,7 +1156,7 @@ audit_checkpoint(char *why, size_t whylen)
 		    "it", broken);
 		return NULL;
 	}
-	hex(head, sizeof(head), hhex);
+	hex_encode(head, sizeof(head), hhex);
 	audit_time_str(now_ms(), when, sizeof(when));
 	/* Ids run 1..rows in a trail that verifies. */
 	if ((len = audit_checkpoint_text(text, sizeof(text), (int64_t)rows,
@@ -1232,7 +1217,7 @@ checkpoint_row(int64_t last_id, const char *head_hex, char *why,
 	if (sqlite3_step(st) == SQLITE_ROW) {
 		found = 1;
 		if (sqlite3_column_bytes(st, 0) == AUDIT_HASH_LEN)
-			hex(sqlite3_column_blob(st, 0), AUDIT_HASH_LEN, h);
+			hex_encode(sqlite3_column_blob(st, 0), AUDIT_HASH_LEN, h);
 	}
 	sqlite3_finalize(st);
 	if (!found && sqlite3_prepare_v2(store_db(), "SELECT max(id) FROM "
@@ -1372,7 +1357,7 @@ admin_verify(uint64_t id, struct json_object *o)
 	int			 intact;
 
 	intact = audit_verify(why, sizeof(why), &rows, head) == 0;
-	hex(head, sizeof(head), h);
+	hex_encode(head, sizeof(head), h);
 	json_object_object_add(r, "intact", json_object_new_boolean(intact));
 	json_object_object_add(r, "rows", json_object_new_int64(
 	    (int64_t)rows));

@@ -95,7 +95,7 @@ static const char *const legacy_versions[] = {
 struct mcp_event {
 	uint64_t		 ev_stream;
 	uint64_t		 ev_seq;
-	struct json_object	*ev_msg;
+	char			*ev_text;	/* the message, as sent */
 	size_t			 ev_len;
 };
 
@@ -167,6 +167,8 @@ struct mcp_req {
 	uint64_t		 mr_call;	/* in flight on a worker */
 	struct audit_async	*mr_intent;	/* being committed */
 	int64_t			 mr_audit;	/* the intent row */
+	struct audit_async	*mr_outcome;	/* being committed */
+	struct json_object	*mr_held;	/* the answer, meanwhile */
 	int			 mr_refused;
 	char			*mr_why;
 	uint64_t		 mr_start_ms;
@@ -423,15 +425,36 @@ http_stream_start(uint64_t http)
 	api_send(MSG_HTTP_REP, http, o);
 }
 
+/*
+ * A message already serialised (a session's events are, for the ring):
+ * it goes to the frontend as that text, not serialised a second time.
+ */
+static struct json_object *
+json_text(const char *text)
+{
+	struct json_object	*o = json_object_new_string("");
+	char			*copy;
+
+	if ((copy = strdup(text)) == NULL)
+		fatal("strdup");
+	json_object_set_serializer(o, json_object_userdata_to_json_string,
+	    copy, json_object_free_userdata);
+	return o;
+}
+
+/* data: a message, or its text (msg NULL); neither: a keepalive. */
 static void
-http_event(uint64_t http, struct json_object *msg, const char *evid)
+http_event(uint64_t http, struct json_object *msg, const char *text,
+    const char *evid)
 {
 	struct json_object *o = json_object_new_object();
 
 	json_object_object_add(o, "event", json_object_new_string(
-	    msg != NULL ? "message" : "keepalive"));
+	    msg != NULL || text != NULL ? "message" : "keepalive"));
 	if (msg != NULL)
 		json_object_object_add(o, "data", json_object_get(msg));
+	else if (text != NULL)
+		json_object_object_add(o, "data", json_text(text));
 	if (evid != NULL)
 		json_object_object_add(o, "id", json_object_new_string(evid));
 	api_send(MSG_HTTP_EVENT, http, o);
@@ -467,7 +490,8 @@ ring_drop(struct mcp_sess *ms)
 {
 	struct mcp_event *ev = &ms->ms_ring[ms->ms_ring_start];
 
-	json_object_put(ev->ev_msg);
+	free(ev->ev_text);
+	ev->ev_text = NULL;
 	ms->ms_ring_bytes -= ev->ev_len;
 	ring_total -= ev->ev_len;
 	ms->ms_ring_start = (ms->ms_ring_start + 1) % RING_EVENTS;
@@ -481,13 +505,10 @@ ring_drop(struct mcp_sess *ms)
  */
 static void
 ring_add(struct mcp_sess *ms, uint64_t stream, uint64_t seq,
-    struct json_object *msg)
+    const char *text, size_t len)
 {
 	struct mcp_event	*ev;
-	size_t			 len;
 
-	len = strlen(json_object_to_json_string_ext(msg,
-	    JSON_C_TO_STRING_PLAIN));
 	if (len > RING_BYTES)
 		return;
 	while (ms->ms_ring_n > 0 && (ms->ms_ring_n == RING_EVENTS ||
@@ -499,7 +520,8 @@ ring_add(struct mcp_sess *ms, uint64_t stream, uint64_t seq,
 	ev = &ms->ms_ring[(ms->ms_ring_start + ms->ms_ring_n) % RING_EVENTS];
 	ev->ev_stream = stream;
 	ev->ev_seq = seq;
-	ev->ev_msg = json_object_get(msg);
+	if ((ev->ev_text = strdup(text)) == NULL)
+		fatal("strdup");
 	ev->ev_len = len;
 	ms->ms_ring_n++;
 	ms->ms_ring_bytes += len;
@@ -517,13 +539,17 @@ static void
 stream_send(struct mcp_sess *ms, struct mcp_stream *st,
     struct json_object *msg)
 {
-	char evid[48];
+	const char	*text;
+	size_t		 len;
+	char		 evid[48];
 
+	text = json_object_to_json_string_length(msg, JSON_C_TO_STRING_PLAIN,
+	    &len);
 	st->st_seq++;
 	event_id(st->st_no, st->st_seq, evid, sizeof(evid));
-	ring_add(ms, st->st_no, st->st_seq, msg);
+	ring_add(ms, st->st_no, st->st_seq, text, len);
 	if (st->st_http != 0)
-		http_event(st->st_http, msg, evid);
+		http_event(st->st_http, NULL, text, evid);
 }
 
 static struct mcp_stream *
@@ -570,7 +596,7 @@ stream_replay(struct mcp_sess *ms, uint64_t no, uint64_t seq, uint64_t http)
 		if (ev->ev_stream != no || ev->ev_seq <= seq)
 			continue;
 		event_id(ev->ev_stream, ev->ev_seq, evid, sizeof(evid));
-		http_event(http, ev->ev_msg, evid);
+		http_event(http, NULL, ev->ev_text, evid);
 	}
 }
 
@@ -795,11 +821,11 @@ tick(int fd, short ev, void *arg)
 		}
 		st = TAILQ_FIRST(&ms->ms_streams);
 		if (st != NULL && st->st_no == 0 && st->st_http != 0)
-			http_event(st->st_http, NULL, NULL);
+			http_event(st->st_http, NULL, NULL, NULL);
 	}
 	TAILQ_FOREACH(mr, &reqs, mr_entry)
 		if (mr->mr_listen && mr->mr_http != 0)
-			http_event(mr->mr_http, NULL, NULL);
+			http_event(mr->mr_http, NULL, NULL, NULL);
 }
 
 /* ---- requests ---- */
@@ -853,6 +879,9 @@ req_free(struct mcp_req *mr)
 		controller_cancel_call(mr->mr_call);
 	if (mr->mr_intent != NULL)
 		(void)audit_settle(mr->mr_intent);
+	if (mr->mr_outcome != NULL)
+		(void)audit_settle(mr->mr_outcome);
+	json_object_put(mr->mr_held);
 	TAILQ_FOREACH_SAFE(sb, &subs, sb_entry, next)
 		if (sb->sb_listen == mr)
 			sub_drop(sb);
@@ -889,13 +918,21 @@ req_event(struct mcp_req *mr, struct json_object *msg)
 	if (mr->mr_stream != NULL)
 		stream_send(mr->mr_sess, mr->mr_stream, msg);
 	else if (mr->mr_http != 0)
-		http_event(mr->mr_http, msg, NULL);
+		http_event(mr->mr_http, msg, NULL, NULL);
 }
 
-/* The one answer of a request, which then is done. */
+/*
+ * The one answer of a request, which then is done.  While the outcome of
+ * the call it answers waits for its commit, the answer waits with it.
+ */
 static void
 req_answer(struct mcp_req *mr, struct json_object *msg)
 {
+	if (mr->mr_outcome != NULL) {
+		json_object_put(mr->mr_held);
+		mr->mr_held = msg;
+		return;
+	}
 	if (mr->mr_sse) {
 		req_event(mr, msg);
 		if (mr->mr_stream != NULL && mr->mr_stream->st_http != 0)
@@ -1350,16 +1387,13 @@ audit_decision(struct json_object *d, const struct policy_decision *pd)
 static struct json_object *
 args_digest(struct json_object *args)
 {
-	unsigned char	 h[SHA256_DIGEST_LENGTH];
 	const char	*text;
-	char		 hex[2 * SHA256_DIGEST_LENGTH + 1];
-	int		 i;
+	size_t		 len;
+	char		 hex[SHA256_HEX_LEN + 1];
 
-	text = json_object_to_json_string_ext(args, JSON_C_TO_STRING_PLAIN |
-	    JSON_C_TO_STRING_NOSLASHESCAPE);
-	SHA256((const unsigned char *)text, strlen(text), h);
-	for (i = 0; i < SHA256_DIGEST_LENGTH; i++)
-		snprintf(hex + 2 * i, 3, "%02x", h[i]);
+	text = json_object_to_json_string_length(args, JSON_C_TO_STRING_PLAIN |
+	    JSON_C_TO_STRING_NOSLASHESCAPE, &len);
+	sha256_hex(text, len, hex);
 	return json_object_new_string(hex);
 }
 
@@ -1380,6 +1414,28 @@ audit_forged(struct mcp_req *mr, const char *name)
 	json_object_put(d);
 }
 
+/* The outcome is on record (or could not be): the answer goes out. */
+static void
+outcome_recorded(int64_t row, void *arg)
+{
+	struct mcp_req		*mr = arg;
+	struct json_object	*msg = mr->mr_held;
+
+	mr->mr_outcome = NULL;
+	mr->mr_held = NULL;
+	if (row == -1)
+		log_warnx("mcp %s: the outcome of a call was not recorded",
+		    mr->mr_user.su_name);
+	if (msg != NULL)
+		req_answer(mr, msg);
+}
+
+/*
+ * How a call that ran ended, tied to its intent row.  A call that ended
+ * (ok, error) has its row go to the next group commit and its answer wait
+ * for it there (req_answer holds it): no client learns a result the trail
+ * does not yet hold.  A cancelled one has nobody waiting: written now.
+ */
 static void
 audit_outcome(struct mcp_req *mr, const char *outcome, size_t bytes)
 {
@@ -1397,7 +1453,11 @@ audit_outcome(struct mcp_req *mr, const char *outcome, size_t bytes)
 	    (int64_t)(monotonic_ms() - mr->mr_start_ms)));
 	json_object_object_add(d, "result_bytes", json_object_new_int64(
 	    (int64_t)bytes));
-	if (audit_append(AUDIT_KIND_RESULT, mr->mr_user.su_name,
+	if (strcmp(outcome, "cancelled") != 0)
+		mr->mr_outcome = audit_append_async(AUDIT_KIND_RESULT,
+		    mr->mr_user.su_name, mr->mr_user.su_tenant, d,
+		    outcome_recorded, mr);
+	else if (audit_append(AUDIT_KIND_RESULT, mr->mr_user.su_name,
 	    mr->mr_user.su_tenant, d) == -1)
 		log_warnx("mcp %s: the outcome of audit row %" PRId64 " was not "
 		    "recorded", mr->mr_user.su_name, mr->mr_audit);

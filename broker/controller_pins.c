@@ -21,7 +21,6 @@
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 #include <json-c/json.h>
-#include <openssl/sha.h>
 #include <sqlite3.h>
 
 #include "broker/controller.h"
@@ -181,12 +180,7 @@ pin_canonical(struct json_object *tool)
 static void
 hash_text(const char *text, char hex[PIN_HEX_LEN + 1])
 {
-	unsigned char	h[SHA256_DIGEST_LENGTH];
-	int		i;
-
-	SHA256((const unsigned char *)text, strlen(text), h);
-	for (i = 0; i < SHA256_DIGEST_LENGTH; i++)
-		snprintf(hex + 2 * i, 3, "%02x", h[i]);
+	sha256_hex(text, strlen(text), hex);
 }
 
 void

@@ -619,9 +619,23 @@ store_db(void)
 	return db;
 }
 
+/* Statements kept prepared (store_cached): preparing is parsing SQL. */
+#define CACHED_MAX	16
+static struct {
+	const char	*sql;
+	sqlite3_stmt	*st;
+} cached[CACHED_MAX];
+
 void
 store_close(void)
 {
+	size_t i;
+
+	for (i = 0; i < CACHED_MAX; i++) {
+		sqlite3_finalize(cached[i].st);
+		cached[i].sql = NULL;
+		cached[i].st = NULL;
+	}
 	sqlite3_close(db);
 	db = NULL;
 }
@@ -826,8 +840,8 @@ store_authenticate(const char *key, struct store_user *u)
 		return -1;
 	key_id(key, id);
 	key_hash(key, hash);
-	if (sqlite3_prepare_v2(db, "SELECT name, tenant, roles, key_hash FROM "
-	    "users WHERE key_id = ?", -1, &st, NULL) != SQLITE_OK)
+	if ((st = store_cached("SELECT name, tenant, roles, key_hash FROM "
+	    "users WHERE key_id = ?")) == NULL)
 		return -1;
 	sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
 	if (sqlite3_step(st) == SQLITE_ROW &&
@@ -842,7 +856,7 @@ store_authenticate(const char *key, struct store_user *u)
 		    (const char *)sqlite3_column_text(st, 2));
 		ok = 1;
 	}
-	sqlite3_finalize(st);
+	store_release(st);
 	return ok ? 0 : -1;
 }
 
@@ -905,6 +919,34 @@ store_prepare(const char *sql)
 		return NULL;
 	}
 	return st;
+}
+
+sqlite3_stmt *
+store_cached(const char *sql)
+{
+	size_t i;
+
+	for (i = 0; i < CACHED_MAX && cached[i].sql != NULL; i++)
+		if (cached[i].sql == sql)
+			return cached[i].st;
+	if (i == CACHED_MAX)
+		fatalx("database: more than %d cached statements", CACHED_MAX);
+	if (db == NULL || sqlite3_prepare_v3(db, sql, -1,
+	    SQLITE_PREPARE_PERSISTENT, &cached[i].st, NULL) != SQLITE_OK) {
+		log_warnx("database: %s", db != NULL ? sqlite3_errmsg(db) :
+		    "not open");
+		cached[i].st = NULL;
+		return NULL;
+	}
+	cached[i].sql = sql;
+	return cached[i].st;
+}
+
+void
+store_release(sqlite3_stmt *st)
+{
+	sqlite3_reset(st);
+	sqlite3_clear_bindings(st);
 }
 
 int

@@ -68,6 +68,13 @@ int	store_authenticate(const char *key, struct store_user *);
  */
 struct sqlite3_stmt *store_prepare(const char *sql);
 int	store_step_done(struct sqlite3_stmt *);
+/*
+ * A statement run on every request, prepared once for the life of the
+ * connection: sql must be a string literal (it is the key).  Give it back
+ * with store_release (reset, bindings cleared), never finalize it.
+ */
+struct sqlite3_stmt *store_cached(const char *sql);
+void	store_release(struct sqlite3_stmt *);
 /* Text, or NULL for SQL NULL. */
 void	store_bind_str(struct sqlite3_stmt *, int i, const char *s);
 /* One statement with one text parameter. */

@@ -4,6 +4,7 @@
 #include <time.h>
 
 #include <json-c/json.h>
+#include <openssl/evp.h>
 
 #include "common/util.h"
 
@@ -91,18 +92,29 @@ json_parse_object(const char *buf, size_t len)
 struct json_object *
 json_parse_object_why(const char *buf, size_t len, char *why, size_t whylen)
 {
-	struct json_tokener	*tok;
-	struct json_object	*o;
-	enum json_tokener_error	 err;
-	const char		*nul;
+	/*
+	 * One tokener for the process, reset for each text: a new one is a
+	 * 2 KiB calloc (its depth stack), and that per message showed.  Every
+	 * process is single-threaded.
+	 */
+	static struct json_tokener	*tok;
+	struct json_object		*o;
+	enum json_tokener_error		 err;
+	const char			*nul;
 
-	if (len > INT32_MAX || (tok = json_tokener_new_ex(JSON_MAX_DEPTH)) ==
-	    NULL) {
+	if (len > INT32_MAX) {
 		snprintf(why, whylen, "too large");
 		return NULL;
 	}
-	json_tokener_set_flags(tok, JSON_TOKENER_STRICT |
-	    JSON_TOKENER_VALIDATE_UTF8);
+	if (tok == NULL) {
+		if ((tok = json_tokener_new_ex(JSON_MAX_DEPTH)) == NULL) {
+			snprintf(why, whylen, "out of memory");
+			return NULL;
+		}
+		json_tokener_set_flags(tok, JSON_TOKENER_STRICT |
+		    JSON_TOKENER_VALIDATE_UTF8);
+	} else
+		json_tokener_reset(tok);
 	o = json_tokener_parse_ex(tok, buf, (int)len);
 	err = json_tokener_get_error(tok);
 	/* Whole payload, nothing after it, and an object. */
@@ -121,12 +133,9 @@ json_parse_object_why(const char *buf, size_t len, char *why, size_t whylen)
 		    json_tokener_get_parse_end(tok));
 	else if (!json_object_is_type(o, json_type_object))
 		snprintf(why, whylen, "not an object");
-	else {
-		json_tokener_free(tok);
+	else
 		return o;
-	}
 	json_object_put(o);
-	json_tokener_free(tok);
 	return NULL;
 }
 
@@ -233,4 +242,36 @@ json_numbers_ok(struct json_object *o, int depth)
 	default:
 		return 1;
 	}
+}
+
+void
+hex_encode(const void *buf, size_t len, char *out)
+{
+	static const char	 digits[] = "0123456789abcdef";
+	const unsigned char	*p = buf;
+	size_t			 i;
+
+	for (i = 0; i < len; i++) {
+		out[2 * i] = digits[p[i] >> 4];
+		out[2 * i + 1] = digits[p[i] & 0xf];
+	}
+	out[2 * len] = '\0';
+}
+
+/*
+ * The digest fetched once: SHA256() looks it up in the provider tables on
+ * every call, which showed per tool call.
+ */
+void
+sha256_hex(const void *buf, size_t len, char out[SHA256_HEX_LEN + 1])
+{
+	static EVP_MD	*md;
+	unsigned char	 h[EVP_MAX_MD_SIZE];
+	unsigned int	 hlen = 0;
+
+	if (md == NULL && (md = EVP_MD_fetch(NULL, "SHA256", NULL)) == NULL)
+		abort();
+	if (EVP_Digest(buf, len, h, &hlen, md, NULL) != 1 || hlen != 32)
+		abort();
+	hex_encode(h, hlen, out);
 }

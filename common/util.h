@@ -35,6 +35,11 @@ int	 json_get_int(struct json_object *, const char *key, int64_t min,
 	    int64_t max, int optional, int64_t *out);
 int	 json_get_bool(struct json_object *, const char *key, int optional,
 	    int *out);
+/* len bytes as 2 * len lowercase hex digits and a NUL. */
+void	 hex_encode(const void *, size_t len, char *out);
+#define SHA256_HEX_LEN	64
+/* The SHA-256 of len bytes, in hex. */
+void	 sha256_hex(const void *, size_t len, char out[SHA256_HEX_LEN + 1]);
 /* Parse a payload that must be exactly one JSON object (depth capped). */
 struct json_object *json_parse_object(const char *buf, size_t len);
 /* The same; on refusal, why (for the sender: "invalid utf-8 at byte 12"). */

@@ -11,6 +11,7 @@ import os
 import shutil
 import signal
 import sqlite3
+import subprocess
 import tempfile
 import threading
 import time
@@ -96,8 +97,9 @@ class FaultBase(unittest.TestCase):
                                 {"provider": provider})
         self.assertEqual(status, 200, doc)
 
-    def stream(self, user, message):
-        """SSE chat: (status, [(event, data)])."""
+    def stream(self, user, message, seen=None):
+        """SSE chat: (status, [(event, data)]); seen, a list, gets each
+        event as it arrives."""
         import http.client
         conn = http.client.HTTPConnection("127.0.0.1", self.b.port,
                                           timeout=60)
@@ -112,6 +114,8 @@ class FaultBase(unittest.TestCase):
             if line == "":
                 if event is not None:
                     events.append((event, json.loads("\n".join(data))))
+                    if seen is not None:
+                        seen.append(events[-1])
                 event, data = None, []
             elif line.startswith("event:"):
                 event = line[6:].strip()
@@ -392,11 +396,11 @@ class ControllerKilledTest(FaultBase):
         os.environ["HOSTILE_LOG"] = self.hlog
         self.start_broker(self.config(), users=self.users)
 
-    def chat_forever(self, user, stop):
+    def chat_forever(self, user, stop, seen):
         while not stop.is_set():
             try:
                 self.connect(user, "llm")
-                self.stream(user, "work")
+                self.stream(user, "work", seen)
             except Exception:
                 return
 
@@ -406,8 +410,9 @@ class ControllerKilledTest(FaultBase):
                                {"name": "h__slow", "arguments": {}}]}
         self.llm.script(*[step] * 2000)
         stop = threading.Event()
+        seen = []
         threads = [threading.Thread(target=self.chat_forever,
-                                    args=(u, stop), daemon=True)
+                                    args=(u, stop, seen), daemon=True)
                    for u in self.users]
         for t in threads:
             t.start()
@@ -439,7 +444,15 @@ class ControllerKilledTest(FaultBase):
             "json_extract(detail, '$.decision') = 'allow' AND id NOT IN "
             "(SELECT json_extract(detail, '$.intent') FROM audit "
             "WHERE kind = 'tool_result')").fetchone()[0]
+        # No one heard how a call ended before the trail held it.
+        heard = sum(1 for e, _ in seen if e in ("tool_end", "tool_error"))
+        ended = con.execute(
+            "SELECT count(*) FROM audit WHERE kind = 'tool_result' AND "
+            "json_extract(detail, '$.outcome') IN ('ok', 'error')"
+            ).fetchone()[0]
         con.close()
+        self.assertGreater(heard, 0)
+        self.assertGreaterEqual(ended, heard)
         self.assertGreater(open_, 0, "no call was running at the kill")
         # Restarted: each call left running is closed as unknown, once.
         self.llm.reset()
@@ -464,6 +477,81 @@ class ControllerKilledTest(FaultBase):
                                          headers=self.headers("u0"))
         self.assertEqual(status, 200, data)
         self.assertGreater(len(json.loads(data)["conversations"]), 1)
+
+
+class TimedEvents(list):
+    """Events as they arrive, each with the time it came (the wall clock,
+    which the servers' logs use too)."""
+
+    def append(self, event):
+        super().append((time.time(), event))
+
+
+@unittest.skipUnless(os.geteuid() == 0 and shutil.which("strace"),
+                     "needs root and strace")
+class SlowDiskTest(FaultBase):
+    """Every fsync of the controller takes DELAY (strace holds it): a call
+    is answered only after two commits, its intent's before it runs and
+    its outcome's after, so no one hears how a call ended before the
+    trail holds it, over /mcp or in a chat."""
+
+    DELAY = 0.5
+    servers = (server_block("h", "ok", log=True) +
+               'toolset "t" { tools "h.*" }\n')
+
+    def slow_disk(self):
+        pid = self.b.processes()["controller"]["pid"]
+        tracer = subprocess.Popen(
+            ["strace", "-qq", "-f", "-o", "/dev/null", "-p", str(pid),
+             "-e", "trace=fdatasync,fsync",
+             "-e", "inject=fdatasync,fsync:delay_enter=%d"
+             % int(self.DELAY * 1e6)])
+        self.addCleanup(tracer.wait)
+        self.addCleanup(tracer.terminate)
+
+        def traced():
+            with open("/proc/%d/status" % pid) as f:
+                return "TracerPid:\t0\n" not in f.read()
+        wait_for(traced, what="strace attached")
+
+    def mcp_call(self):
+        meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientInfo": {"name": "t",
+                                                       "version": "1"},
+                "io.modelcontextprotocol/clientCapabilities": {}}
+        body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                "params": {"name": "h.echo", "arguments": {"text": "x"},
+                           "_meta": meta}}
+        headers = dict(self.headers("alice"))
+        headers.update({"Accept": "application/json, text/event-stream",
+                        "MCP-Protocol-Version": "2026-07-28",
+                        "Mcp-Method": "tools/call", "Mcp-Name": "h.echo"})
+        began = time.monotonic()
+        status, _, data = self.b.request("POST", "/mcp/t", json.dumps(body),
+                                         headers, timeout=30)
+        return time.monotonic() - began, status, data
+
+    def test_answers_wait_for_the_outcome_on_disk(self):
+        self.slow_disk()
+        took, status, data = self.mcp_call()
+        self.assertEqual(status, 200, data)
+        self.assertIn(b'"x"', data)
+        self.assertGreaterEqual(took, 2 * self.DELAY)
+        # A chat: tool_end once the outcome is written, after the server
+        # answered.
+        self.llm.script({"tool_calls": [{"name": "h__echo",
+                                         "arguments": {"text": "y"}}]},
+                        {"echo_tool_result": True})
+        self.connect("alice", "llm")
+        seen = TimedEvents()
+        status, events = self.stream("alice", "echo y", seen)
+        self.assertEqual(events[-1][0], "final", events)
+        at = {e: t for t, (e, _) in seen}
+        served = [float(line.split()[0]) for line in
+                  read(self.hlog).splitlines() if "recv tools/call" in line]
+        self.assertEqual(len(served), 2, read(self.hlog))
+        self.assertGreaterEqual(at["tool_end"] - served[-1], self.DELAY)
+        self.assert_nothing_lost()
 
 
 class CrashLoopTest(FaultBase):
