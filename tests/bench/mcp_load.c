@@ -42,10 +42,20 @@
  *
  * sent_total counts every call sent, warm-up and those still unanswered
  * at the end included (what an audit trail should hold), ok_total every
- * good answer.
+ * good answer, errors_total every error, warm-up included.
+ *
+ * http -r RATE paces the calls: RATE calls a second over all connections
+ * together, each connection sending its next call 1/(RATE/C) seconds after
+ * its last was sent (or at once if its answer came later than that; no
+ * catching up), the connections' schedules spread evenly over that
+ * interval.  Without -r each connection calls flat out.  -p SECONDS prints
+ * a progress line to stderr every SECONDS, from the start:
+ *
+ *	{"t":S,"sent_total":N,"ok_total":N,"errors_total":N,"in_flight":N}
  *
  * Options: -c N connections or calls in flight (1); -d SECONDS; -w
- * SECONDS; -e 2025|2026; -t TOOL (echo); -s BYTES of message (16); -k FILE.
+ * SECONDS; -e 2025|2026; -t TOOL (echo); -s BYTES of message (16); -k FILE;
+ * -r CALLS/S (http); -p SECONDS (http).
  */
 #include <sys/epoll.h>
 #include <sys/socket.h>
@@ -79,6 +89,8 @@ static const char *tool = "echo";
 static char *message;		/* the echo argument */
 static char **keys;
 static int keys_n;
+static double rate;		/* calls/s over all connections; 0: flat out */
+static double progress;		/* seconds between progress lines; 0: none */
 
 /* ---- time and results ---------------------------------------------- */
 
@@ -95,7 +107,7 @@ static double t_measure, t_end;	/* the window */
 static double *lat;		/* latencies in the window, seconds */
 static size_t lat_n, lat_cap;
 static long errors;
-static long sent_total, ok_total;	/* calls, warm-up and all */
+static long sent_total, ok_total, errors_total;	/* warm-up and all */
 static char first_error[200];
 
 static void
@@ -124,6 +136,7 @@ record_error(double t, const char *fmt, ...)
 {
 	va_list ap;
 
+	errors_total++;
 	if (t < t_measure || t > t_end)
 		return;
 	errors++;
@@ -177,10 +190,10 @@ report(void)
 	printf("{\"calls\":%zu,\"errors\":%ld,\"seconds\":%.3f,"
 	    "\"calls_per_s\":%.1f,\"p50_ms\":%.3f,\"p90_ms\":%.3f,"
 	    "\"p99_ms\":%.3f,\"max_ms\":%.3f,\"sent_total\":%ld,"
-	    "\"ok_total\":%ld,\"first_error\":\"",
+	    "\"ok_total\":%ld,\"errors_total\":%ld,\"first_error\":\"",
 	    lat_n, errors, duration, lat_n / duration, pct(50), pct(90),
 	    pct(99), lat_n ? lat[lat_n - 1] * 1000 : 0.0, sent_total,
-	    ok_total);
+	    ok_total, errors_total);
 	for (s = first_error; *s; s++)
 		if (*s == '"' || *s == '\\')
 			printf("\\%c", *s);
@@ -290,6 +303,8 @@ struct conn {
 	long id;		/* of the call in flight */
 	double sent;		/* when its request was written, 0 if none */
 	int busy;
+	double next_at;		/* -r: when its next call is due */
+	int waiting;		/* -r: in its session, its next call not due */
 };
 
 static struct sockaddr_storage addr;
@@ -416,8 +431,28 @@ send_call(struct conn *c)
 
 	c->id++;
 	sent_total++;
+	c->waiting = 0;
 	body = call_body(c->id, &len);
 	conn_send(c, "POST", body, len, "tools/call");
+}
+
+/* Send C's next call now or, with -r, once it is due. */
+static void
+next_call(struct conn *c, double t)
+{
+	if (rate > 0) {
+		if (c->next_at == 0)	/* the first: spread the schedules */
+			c->next_at = t + c->index / rate;
+		else
+			c->next_at += conns_n / rate;
+		if (c->next_at < t)
+			c->next_at = t;
+		if (c->next_at > t) {
+			c->waiting = 1;
+			return;
+		}
+	}
+	send_call(c);
 }
 
 static void
@@ -428,7 +463,7 @@ start(struct conn *c)
 		conn_send(c, "POST", INIT_BODY, sizeof INIT_BODY - 1, NULL);
 	} else {
 		c->state = C_CALL;
-		send_call(c);
+		next_call(c, now());
 	}
 }
 
@@ -585,7 +620,7 @@ answered(struct conn *c, struct answer *a)
 		break;
 	}
 	if (!phase_done)
-		send_call(c);
+		next_call(c, t);
 }
 
 static void
@@ -618,7 +653,7 @@ conn_read(struct conn *c)
 		if (eof) {	/* an idle connection closed by the server */
 			conn_close(c);
 			conn_open(c);
-			if (!phase_done)
+			if (!phase_done && !c->waiting)
 				start(c);
 		}
 		return;
@@ -719,11 +754,49 @@ check_timeouts(double t)
 	}
 }
 
+/* Milliseconds epoll may sleep: 10, or less when a paced call is due. */
+static int
+wait_ms(double t)
+{
+	double due = t + 0.010;
+	int i;
+
+	if (rate > 0)
+		for (i = 0; i < conns_n; i++)
+			if (conns[i].waiting && conns[i].next_at < due)
+				due = conns[i].next_at;
+	return due <= t ? 0 : (int)((due - t) * 1000 + 0.999);
+}
+
+static void
+send_due(double t)
+{
+	int i;
+
+	for (i = 0; i < conns_n; i++)
+		if (conns[i].waiting && conns[i].next_at <= t &&
+		    conns[i].fd >= 0)
+			send_call(&conns[i]);
+}
+
+static void
+print_progress(double t, double t0)
+{
+	int i, busy = 0;
+
+	for (i = 0; i < conns_n; i++)
+		busy += conns[i].busy && conns[i].state == C_CALL;
+	fprintf(stderr, "{\"t\":%.1f,\"sent_total\":%ld,\"ok_total\":%ld,"
+	    "\"errors_total\":%ld,\"in_flight\":%d}\n", t - t0, sent_total,
+	    ok_total, errors_total, busy);
+	fflush(stderr);
+}
+
 static int
 run_http(const char *url)
 {
 	struct epoll_event evs[256];
-	double t, last_check = 0;
+	double t, t0, last_check = 0, next_progress;
 	int i, n, ready;
 
 	parse_url(url);
@@ -733,6 +806,8 @@ run_http(const char *url)
 		fail("out of memory");
 	/* nothing counts until every connection is in its session */
 	t_measure = t_end = 1e300;
+	t0 = now();
+	next_progress = t0 + progress;
 	for (i = 0; i < conns_n; i++) {
 		conns[i].index = i;
 		conns[i].fd = -1;
@@ -740,7 +815,7 @@ run_http(const char *url)
 		start(&conns[i]);
 	}
 	for (;;) {
-		n = epoll_wait(ep, evs, 256, 10);
+		n = epoll_wait(ep, evs, 256, wait_ms(now()));
 		for (i = 0; i < n; i++)
 			conn_read(evs[i].data.ptr);
 		for (i = 0; i < n; i++) {
@@ -750,6 +825,12 @@ run_http(const char *url)
 				conn_flush(c);
 		}
 		t = now();
+		if (rate > 0)
+			send_due(t);
+		if (progress > 0 && t >= next_progress) {
+			print_progress(t, t0);
+			next_progress += progress;
+		}
 		if (t_measure > 1e299) {
 			for (ready = 0, i = 0; i < conns_n; i++)
 				ready += conns[i].state == C_CALL;
@@ -1031,7 +1112,8 @@ static void
 usage(void)
 {
 	fprintf(stderr, "usage: mcp_load http [-c N] [-d S] [-w S] [-e 2025|2026] "
-	    "[-t TOOL] [-s BYTES] [-k KEYFILE] URL\n"
+	    "[-t TOOL] [-s BYTES] [-k KEYFILE]\n"
+	    "                     [-r CALLS/S] [-p SECONDS] URL\n"
 	    "       mcp_load stdio [-c N] [-d S] [-w S] [-t TOOL] [-s BYTES] "
 	    "-- COMMAND [ARG...]\n"
 	    "       mcp_load respond PORT\n");
@@ -1056,7 +1138,7 @@ main(int argc, char **argv)
 	}
 	argc--;
 	argv++;
-	while ((ch = getopt(argc, argv, "c:d:w:e:t:s:k:")) != -1) {
+	while ((ch = getopt(argc, argv, "c:d:w:e:t:s:k:r:p:")) != -1) {
 		switch (ch) {
 		case 'c':
 			conns_n = atoi(optarg);
@@ -1079,6 +1161,12 @@ main(int argc, char **argv)
 		case 'k':
 			read_keys(optarg);
 			break;
+		case 'r':
+			rate = atof(optarg);
+			break;
+		case 'p':
+			progress = atof(optarg);
+			break;
 		default:
 			usage();
 		}
@@ -1086,7 +1174,8 @@ main(int argc, char **argv)
 	argc -= optind;
 	argv += optind;
 	if (conns_n < 1 || conns_n > MAX_CONNS || duration <= 0 ||
-	    (era != 2025 && era != 2026) || size > 65536 || argc < 1)
+	    (era != 2025 && era != 2026) || size > 65536 || argc < 1 ||
+	    rate < 0 || progress < 0)
 		usage();
 	message = xrealloc(NULL, size + 1);
 	memset(message, 'x', size);
