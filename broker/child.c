@@ -223,8 +223,6 @@ child_log_sink(int priority, const char *line)
 	json_object_object_add(o, "priority", json_object_new_int(priority));
 	json_object_object_add(o, "line", json_object_new_string(line));
 	(void)peer_send(&ch.parent, MSG_LOG, 0, -1, o);
-	/* At once: the line may be the last before an exit (fatal). */
-	peer_kick(&ch.parent);
 	json_object_put(o);
 	busy = 0;
 }
@@ -294,6 +292,5 @@ child_main(enum proc_kind kind, const char *name,
 	if (peer_attach(&ch.parent, ch.base, PROC_CHAN_FD) == -1)
 		fatalx("no channel to the parent on fd %d", PROC_CHAN_FD);
 	event_base_dispatch(ch.base);
-	peer_kick(&ch.parent);
 	return 0;
 }

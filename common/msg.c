@@ -422,32 +422,21 @@ msgchan_compose(struct msgchan *mc, uint16_t type, uint64_t id, uint32_t peer,
 		memcpy(mo->mo_buf + MSG_HDR_SIZE, data, len);
 	mo->mo_len = MSG_HDR_SIZE + len;
 	mo->mo_fd = fd;
-	/*
-	 * Written by the write event, made active for the end of this pass
-	 * of the loop: the frames composed meanwhile leave in one sendmsg,
-	 * and the other side wakes once for them.
-	 */
-	if (TAILQ_EMPTY(&mc->mc_out))
-		event_active(mc->mc_wev, EV_WRITE, 0);
 	TAILQ_INSERT_TAIL(&mc->mc_out, mo, mo_entry);
 	mc->mc_queued += mo->mo_len;
+	/* Try at once: most frames go out without a trip through the loop. */
+	if (msgchan_write(mc) == -1)
+		snprintf(mc->mc_why, sizeof(mc->mc_why), "%s",
+		    strerror(errno));
+	if (mc->mc_why[0] != '\0')
+		event_active(mc->mc_wev, EV_WRITE, 0);
+	else if (!TAILQ_EMPTY(&mc->mc_out))
+		event_add(mc->mc_wev, NULL);
 	return 0;
  fail:
 	if (fd != -1)
 		close(fd);
 	return -1;
-}
-
-void
-msgchan_kick(struct msgchan *mc)
-{
-	if (mc->mc_failed || mc->mc_freed || mc->mc_why[0] != '\0')
-		return;
-	if (msgchan_write(mc) == -1) {
-		snprintf(mc->mc_why, sizeof(mc->mc_why), "%s",
-		    strerror(errno));
-		event_active(mc->mc_wev, EV_WRITE, 0);
-	}
 }
 
 int

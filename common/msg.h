@@ -58,12 +58,6 @@ void		 msgchan_free(struct msgchan *);
 int		 msgchan_compose(struct msgchan *, uint16_t type, uint64_t id,
 		    uint32_t peer, int fd, const void *data, size_t len);
 size_t		 msgchan_queued(const struct msgchan *);
-/*
- * Write what is queued now, as far as the socket takes without blocking,
- * rather than at the end of the loop's pass: for what must get out
- * before an exit (a fatal error's log line).
- */
-void		 msgchan_kick(struct msgchan *);
 /* Write everything queued, blocking; for short-lived clients. */
 int		 msgchan_flush(struct msgchan *);
 int		 msgchan_fd(const struct msgchan *);

@@ -150,12 +150,9 @@ peer_attach(struct peer *p, struct event_base *base, int fd)
 	return p->p_chan == NULL ? -1 : 0;
 }
 
-/* What was sent before letting go leaves first, if the socket takes it. */
 void
 peer_detach(struct peer *p)
 {
-	if (p->p_chan != NULL)
-		msgchan_kick(p->p_chan);
 	msgchan_free(p->p_chan);
 	p->p_chan = NULL;
 }
@@ -188,13 +185,6 @@ peer_send(struct peer *p, uint16_t type, uint64_t id, int fd,
 		return -1;
 	}
 	return 0;
-}
-
-void
-peer_kick(struct peer *p)
-{
-	if (p->p_chan != NULL)
-		msgchan_kick(p->p_chan);
 }
 
 void

@@ -68,8 +68,6 @@ int	 peer_connected(const struct peer *);
 /* payload may be NULL for {}; it is not consumed.  fd is given away. */
 int	 peer_send(struct peer *, uint16_t type, uint64_t id, int fd,
 	    struct json_object *payload);
-/* What is queued goes now, not at the end of the loop's pass. */
-void	 peer_kick(struct peer *);
 
 const char *proc_kind_str(enum proc_kind);
 int	 proc_kind_parse(const char *, enum proc_kind *);
