@@ -44,6 +44,10 @@ struct pending {
 				    struct mcp_error *);
 	mcp_progress_fn		 pd_progress;
 	void			*pd_arg;
+	/* While it waits for a place in flight: what goes out then. */
+	struct json_object	*pd_msg;
+	char			*pd_name;
+	int			 pd_stream;
 };
 TAILQ_HEAD(pending_list, pending);
 
@@ -71,8 +75,11 @@ struct mcp_session {
 	struct json_object		*s_server_info;
 	struct json_object		*s_capabilities;
 	int64_t				 s_next_id;
-	struct pending_list		 s_pending;
+	struct pending_list		 s_pending;	/* sent */
 	unsigned int			 s_npending;
+	struct pending_list		 s_waiting;	/* not yet, in order */
+	unsigned int			 s_nwaiting;
+	struct event			*s_dispatch;	/* sends the waiting */
 	struct event			*s_connect_timer;
 	struct json_object		*s_tools;	/* cache, or NULL */
 	uint64_t			 s_tools_expiry;	/* 0: until changed */
@@ -86,6 +93,7 @@ struct mcp_session {
 
 static void	session_close(struct mcp_session *, const char *);
 static void	session_initialize(struct mcp_session *);
+static void	waiting_send(int, short, void *);
 
 const char *
 mcp_era_str(enum mcp_era era)
@@ -140,14 +148,30 @@ mcp_session_new(struct event_base *base, const struct mcp_session_opts *opts,
 	s->s_next_id = 1;
 	s->s_listen_id = -1;
 	TAILQ_INIT(&s->s_pending);
+	TAILQ_INIT(&s->s_waiting);
+	if ((s->s_dispatch = event_new(base, -1, 0, waiting_send, s)) ==
+	    NULL) {
+		free(s);
+		return NULL;
+	}
 	return s;
 }
 
+/* A place in flight came free: the first waiting request takes it. */
 static void
 pending_free(struct mcp_session *s, struct pending *pd)
 {
-	TAILQ_REMOVE(&s->s_pending, pd, pd_entry);
-	s->s_npending--;
+	if (pd->pd_msg != NULL) {
+		TAILQ_REMOVE(&s->s_waiting, pd, pd_entry);
+		s->s_nwaiting--;
+		json_object_put(pd->pd_msg);
+	} else {
+		TAILQ_REMOVE(&s->s_pending, pd, pd_entry);
+		s->s_npending--;
+		if (s->s_nwaiting > 0)
+			event_active(s->s_dispatch, EV_TIMEOUT, 0);
+	}
+	free(pd->pd_name);
 	event_free(pd->pd_timer);
 	free(pd);
 }
@@ -185,6 +209,7 @@ session_release(struct mcp_session *s)
 		event_free(s->s_connect_timer);
 	if (s->s_listen_timer != NULL)
 		event_free(s->s_listen_timer);
+	event_free(s->s_dispatch);
 	json_object_put(s->s_server_info);
 	json_object_put(s->s_capabilities);
 	json_object_put(s->s_tools);
@@ -199,6 +224,8 @@ fail_all(struct mcp_session *s, int code, const char *why)
 	struct pending		*pd;
 
 	set_error(&err, code, "%s", why);
+	while ((pd = TAILQ_FIRST(&s->s_waiting)) != NULL)
+		pending_finish(s, pd, NULL, &err);
 	while ((pd = TAILQ_FIRST(&s->s_pending)) != NULL)
 		pending_finish(s, pd, NULL, &err);
 }
@@ -421,10 +448,11 @@ request_send(struct mcp_session *s, const char *method,
 
 	if (params == NULL)
 		params = json_object_new_object();
-	if (s->s_npending >= MCP_MAX_PENDING) {
+	if (s->s_nwaiting >= MCP_MAX_WAITING) {
 		json_object_put(params);
 		set_error(&err, MCP_ERR_LOCAL, "server %s: too many requests "
-		    "in flight (%d)", s->s_name, MCP_MAX_PENDING);
+		    "(%d in flight, %d waiting)", s->s_name, MCP_MAX_PENDING,
+		    MCP_MAX_WAITING);
 		done(s, NULL, &err, arg);
 		return -1;
 	}
@@ -453,12 +481,25 @@ request_send(struct mcp_session *s, const char *method,
 	if ((pd->pd_timer = evtimer_new(s->s_base, request_timeout, pd)) ==
 	    NULL)
 		fatalx("evtimer_new");
-	TAILQ_INSERT_TAIL(&s->s_pending, pd, pd_entry);
-	s->s_npending++;
 	tv.tv_sec = timeout_ms / 1000;
 	tv.tv_usec = (timeout_ms % 1000) * 1000;
-	evtimer_add(pd->pd_timer, &tv);
-
+	evtimer_add(pd->pd_timer, &tv);	/* the wait counts too */
+	/*
+	 * A server gets at most MCP_MAX_PENDING at once; the rest wait, in
+	 * order, for answers to make room, rather than fail because the
+	 * server was slow for a moment.
+	 */
+	if (s->s_npending >= MCP_MAX_PENDING || s->s_nwaiting > 0) {
+		pd->pd_msg = msg;
+		if (name != NULL && (pd->pd_name = strdup(name)) == NULL)
+			fatal("strdup");
+		pd->pd_stream = strcmp(method, "subscriptions/listen") == 0;
+		TAILQ_INSERT_TAIL(&s->s_waiting, pd, pd_entry);
+		s->s_nwaiting++;
+		return id;
+	}
+	TAILQ_INSERT_TAIL(&s->s_pending, pd, pd_entry);
+	s->s_npending++;
 	if (send_message(s, msg, id, method, name,
 	    strcmp(method, "subscriptions/listen") == 0, &err) == -1) {
 		json_object_put(msg);
@@ -467,6 +508,37 @@ request_send(struct mcp_session *s, const char *method,
 	}
 	json_object_put(msg);
 	return id;
+}
+
+/* Waiting requests go out as places in flight come free, oldest first. */
+static void
+waiting_send(int fd, short ev, void *arg)
+{
+	struct mcp_session	*s = arg;
+	struct pending		*pd;
+	struct json_object	*msg;
+	struct mcp_error	 err;
+	int			 failed;
+
+	(void)fd;
+	(void)ev;
+	s->s_busy++;
+	while (!s->s_freed && s->s_npending < MCP_MAX_PENDING &&
+	    (pd = TAILQ_FIRST(&s->s_waiting)) != NULL) {
+		TAILQ_REMOVE(&s->s_waiting, pd, pd_entry);
+		s->s_nwaiting--;
+		TAILQ_INSERT_TAIL(&s->s_pending, pd, pd_entry);
+		s->s_npending++;
+		msg = pd->pd_msg;
+		pd->pd_msg = NULL;
+		failed = send_message(s, msg, pd->pd_id, pd->pd_method,
+		    pd->pd_name, pd->pd_stream, &err) == -1;
+		json_object_put(msg);
+		if (failed)
+			pending_finish(s, pd, NULL, &err);
+	}
+	s->s_busy--;
+	(void)session_gone(s);
 }
 
 int64_t
@@ -493,8 +565,15 @@ mcp_cancel(struct mcp_session *s, int64_t id, const char *why)
 	struct json_object	*params;
 	struct pending		*pd;
 
-	if ((pd = pending_find(s, id)) == NULL)
+	if ((pd = pending_find(s, id)) == NULL) {
+		/* Never sent: the server has nothing to stop. */
+		TAILQ_FOREACH(pd, &s->s_waiting, pd_entry)
+			if (pd->pd_id == id) {
+				pending_free(s, pd);
+				break;
+			}
 		return;
+	}
 	pending_free(s, pd);
 	if (s->s_ops->to_cancel != NULL)
 		s->s_ops->to_cancel(s->s_transport, id);

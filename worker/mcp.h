@@ -19,6 +19,7 @@
 #define MCP_MODERN_VERSION	"2026-07-28"
 #define MCP_MAX_MESSAGE		(16u * 1024 * 1024)
 #define MCP_MAX_PENDING		256	/* requests in flight per session */
+#define MCP_MAX_WAITING		4096	/* and waiting for one of those */
 #define MCP_MAX_TOOLS		10000
 #define MCP_MAX_PAGES		100
 

@@ -479,6 +479,64 @@ class ControllerKilledTest(FaultBase):
         self.assertGreater(len(json.loads(data)["conversations"]), 1)
 
 
+class BusyServerTest(FaultBase):
+    """More calls at once than a server may have in flight (256): the rest
+    wait for room, in order, and every call is answered; the server never
+    holds more than 256."""
+
+    CALLS = 300
+    servers = (server_block("slow", "slow-call", log=True,
+                            extra='env "HOSTILE_SLOW_SECONDS"') +
+               'toolset "t" { tools "slow.*" }\n')
+    limits = "limits { tool-timeout 60s }"
+
+    def setUp(self):
+        os.environ["HOSTILE_SLOW_SECONDS"] = "2"
+        self.addCleanup(os.environ.pop, "HOSTILE_SLOW_SECONDS")
+        super().setUp()
+
+    def call(self, i):
+        meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientInfo": {"name": "t",
+                                                       "version": "1"},
+                "io.modelcontextprotocol/clientCapabilities": {}}
+        body = {"jsonrpc": "2.0", "id": i, "method": "tools/call",
+                "params": {"name": "slow.slow", "arguments": {},
+                           "_meta": meta}}
+        headers = dict(self.headers("alice"))
+        headers.update({"Accept": "application/json, text/event-stream",
+                        "MCP-Protocol-Version": "2026-07-28",
+                        "Mcp-Method": "tools/call", "Mcp-Name": "slow.slow"})
+        return self.b.request("POST", "/mcp/t", json.dumps(body), headers,
+                              timeout=60)
+
+    def test_calls_beyond_the_servers_share_wait(self):
+        answers = [None] * self.CALLS
+
+        def run(i):
+            answers[i] = self.call(i)
+        threads = [threading.Thread(target=run, args=(i,))
+                   for i in range(self.CALLS)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        for status, _, data in answers:
+            self.assertEqual(status, 200, data)
+            self.assertIn(b"slept", data)
+            self.assertNotIn(b'"isError":true', data)
+        # Never more than 256 at once on the server.
+        now = peak = 0
+        for line in read(self.hlog).splitlines():
+            if "slow-call start" in line:
+                now += 1
+                peak = max(peak, now)
+            elif "slow-call done" in line:
+                now -= 1
+        self.assertEqual(peak, 256)
+        self.assert_nothing_lost()
+
+
 class TimedEvents(list):
     """Events as they arrive, each with the time it came (the wall clock,
     which the servers' logs use too)."""
