@@ -38,12 +38,13 @@ chats finish their turns), and the checks are:
   RSS        flat over the last half of the run: for each process, the
              least-squares line through its samples there grows by less
              than max(2 MiB, 2% of its mean RSS) over that half
-  fds        flat: the line through each minute's lowest count in the
-             last half grows by less than max(16, 5%) (a leak raises the
-             floor; descriptors of requests in flight come and go with
-             the load), and, once the load is gone and the controller's
-             idle provider connections have expired, each process back to
-             the count it had before it
+  fds        flat: in the last half, the last minute's lowest count is
+             above every earlier minute's lowest by less than max(16, 5%)
+             (a leak raises the floor for good; descriptors of requests
+             in flight come and go with the load, and a stall empties
+             them for a while), and, once the load is gone and the
+             controller's idle provider connections have expired, each
+             process back to the count it had before it
   audit      each chat tool call (as the clients saw them) a `tool_call`
              row, each MCP call answered one (and none beyond those
              sent), each intent exactly one `tool_result` row, each
@@ -678,6 +679,13 @@ def growth(points):
     return slope * (points[-1][0] - points[0][0])
 
 
+def floor_rise(points, window=60.0):
+    """How far the last window's lowest y is above the highest of the
+    earlier windows' lowest: what a leak adds for good."""
+    lows = [y for _, y in floor(points, window)]
+    return lows[-1] - max(lows[:-1]) if len(lows) > 1 else 0.0
+
+
 def floor(points, window=60.0):
     """Each window's lowest (t, y): what stays when the load's peaks go."""
     if not points:
@@ -1157,7 +1165,7 @@ def report(opts, machine, procs, base, sampler, after, chats, mcp, mcp_fail,
                      if name in s["procs"]])
         limit = max(2 * MiB, 0.02 * mean)
         fmean = sum(y for _, y in fpts) / len(fpts)
-        fg = growth(floor(fpts))
+        fg = floor_rise(fpts)
         flimit = max(16, 0.05 * fmean)
         b_fd = base["procs"][name][1] if name in base["procs"] else 0
         a_fd = after["procs"][name][1] if name in after["procs"] else -1
@@ -1167,8 +1175,8 @@ def report(opts, machine, procs, base, sampler, after, chats, mcp, mcp_fail,
               "(limit %.2f MiB; mean %.1f MiB; anonymous memory %+.2f MiB)"
               % (name, g / MiB, span, g / 1024 / span if span else 0,
                  limit / MiB, mean / MiB, ag / MiB))
-        check(fg < flimit, "fds %s: %+.1f over the last %.0f s, each "
-              "minute's lowest (limit %.1f; mean %.0f)"
+        check(fg < flimit, "fds %s: the last minute's lowest %+.0f on the "
+              "earlier minutes' of the last %.0f s (limit %.1f; mean %.0f)"
               % (name, fg, span, flimit, fmean))
         check(0 <= a_fd <= b_fd, "fds %s after the load: %d (before: %d, "
               "peak %d)" % (name, a_fd, b_fd, peak_fd))
