@@ -155,6 +155,23 @@ class FaultBase(unittest.TestCase):
         self.assertEqual(status, 200, data)
         return json.loads(data)["messages"]
 
+    def mcp_call(self, toolset, tool, arguments, rid=1, user="alice"):
+        """A stateless (2026-07-28) tools/call on /mcp/TOOLSET: (status,
+        headers, body)."""
+        meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientInfo": {"name": "t",
+                                                       "version": "1"},
+                "io.modelcontextprotocol/clientCapabilities": {}}
+        body = {"jsonrpc": "2.0", "id": rid, "method": "tools/call",
+                "params": {"name": tool, "arguments": arguments,
+                           "_meta": meta}}
+        headers = dict(self.headers(user))
+        headers.update({"Accept": "application/json, text/event-stream",
+                        "MCP-Protocol-Version": "2026-07-28",
+                        "Mcp-Method": "tools/call", "Mcp-Name": tool})
+        return self.b.request("POST", "/mcp/" + toolset, json.dumps(body),
+                              headers, timeout=60)
+
 
 class LLMFaultTest(FaultBase):
     """The provider's connection reset mid-stream; a provider that stops
@@ -495,26 +512,11 @@ class BusyServerTest(FaultBase):
         self.addCleanup(os.environ.pop, "HOSTILE_SLOW_SECONDS")
         super().setUp()
 
-    def call(self, i):
-        meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                "io.modelcontextprotocol/clientInfo": {"name": "t",
-                                                       "version": "1"},
-                "io.modelcontextprotocol/clientCapabilities": {}}
-        body = {"jsonrpc": "2.0", "id": i, "method": "tools/call",
-                "params": {"name": "slow.slow", "arguments": {},
-                           "_meta": meta}}
-        headers = dict(self.headers("alice"))
-        headers.update({"Accept": "application/json, text/event-stream",
-                        "MCP-Protocol-Version": "2026-07-28",
-                        "Mcp-Method": "tools/call", "Mcp-Name": "slow.slow"})
-        return self.b.request("POST", "/mcp/t", json.dumps(body), headers,
-                              timeout=60)
-
     def test_calls_beyond_the_servers_share_wait(self):
         answers = [None] * self.CALLS
 
         def run(i):
-            answers[i] = self.call(i)
+            answers[i] = self.mcp_call("t", "slow.slow", {}, rid=i)
         threads = [threading.Thread(target=run, args=(i,))
                    for i in range(self.CALLS)]
         for t in threads:
@@ -572,26 +574,11 @@ class SlowDiskTest(FaultBase):
                 return "TracerPid:\t0\n" not in f.read()
         wait_for(traced, what="strace attached")
 
-    def mcp_call(self):
-        meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                "io.modelcontextprotocol/clientInfo": {"name": "t",
-                                                       "version": "1"},
-                "io.modelcontextprotocol/clientCapabilities": {}}
-        body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                "params": {"name": "h.echo", "arguments": {"text": "x"},
-                           "_meta": meta}}
-        headers = dict(self.headers("alice"))
-        headers.update({"Accept": "application/json, text/event-stream",
-                        "MCP-Protocol-Version": "2026-07-28",
-                        "Mcp-Method": "tools/call", "Mcp-Name": "h.echo"})
-        began = time.monotonic()
-        status, _, data = self.b.request("POST", "/mcp/t", json.dumps(body),
-                                         headers, timeout=30)
-        return time.monotonic() - began, status, data
-
     def test_answers_wait_for_the_outcome_on_disk(self):
         self.slow_disk()
-        took, status, data = self.mcp_call()
+        began = time.monotonic()
+        status, _, data = self.mcp_call("t", "h.echo", {"text": "x"})
+        took = time.monotonic() - began
         self.assertEqual(status, 200, data)
         self.assertIn(b'"x"', data)
         self.assertGreaterEqual(took, 2 * self.DELAY)
