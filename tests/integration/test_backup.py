@@ -137,14 +137,16 @@ class BackupTest(unittest.TestCase):
             self.assertFalse(os.path.exists(path + "-wal"))
             self.assertEqual(sqlite_cli(path, "SELECT COUNT(*) FROM filler"),
                              "12")
-            # Whole turns: every stored answer follows its question.
+            # Whole turns: every stored answer follows its question (a
+            # copy made during a turn holds its question alone, the
+            # conversation's first as well).
             roles = sqlite_cli(path, "SELECT group_concat(role, ',') FROM "
                                "(SELECT conversation, role FROM messages "
                                "ORDER BY conversation, seq) GROUP BY "
                                "conversation").splitlines()
             for conv in roles:
-                self.assertRegex(conv, r"^(user,assistant)(,user,assistant)*"
-                                 r"(,user)?$")
+                self.assertRegex(conv, r"^user(,assistant,user)*"
+                                 r"(,assistant)?$")
             self.assertIn('{"op":"backup"}',
                           sqlite_cli(path, "SELECT detail FROM audit WHERE "
                                      "kind = 'admin'"))
