@@ -380,13 +380,14 @@ classify(struct pin_item *pi, struct json_object *tool,
 	free(canon);
 }
 
+/* sql takes server, tool, hash, definition and time as ?1 to ?5. */
 static int
-pin_insert(const char *server, const struct pin_item *pi, int64_t now)
+pin_write(const char *sql, const char *server, const struct pin_item *pi,
+    int64_t now)
 {
 	sqlite3_stmt *st;
 
-	if ((st = store_prepare("INSERT INTO tool_pins (server, tool, sha256, "
-	    "definition, first_seen) VALUES (?1, ?2, ?3, ?4, ?5)")) == NULL)
+	if ((st = store_prepare(sql)) == NULL)
 		return -1;
 	store_bind_str(st, 1, server);
 	store_bind_str(st, 2, pi->pi_tool);
@@ -397,20 +398,19 @@ pin_insert(const char *server, const struct pin_item *pi, int64_t now)
 }
 
 static int
+pin_insert(const char *server, const struct pin_item *pi, int64_t now)
+{
+	return pin_write("INSERT INTO tool_pins (server, tool, sha256, "
+	    "definition, first_seen) VALUES (?1, ?2, ?3, ?4, ?5)", server, pi,
+	    now);
+}
+
+static int
 pin_set_pending(const char *server, const struct pin_item *pi, int64_t now)
 {
-	sqlite3_stmt *st;
-
-	if ((st = store_prepare("UPDATE tool_pins SET pending_sha256 = ?3, "
+	return pin_write("UPDATE tool_pins SET pending_sha256 = ?3, "
 	    "pending_definition = ?4, pending_since = ?5 WHERE server = ?1 "
-	    "AND tool = ?2")) == NULL)
-		return -1;
-	store_bind_str(st, 1, server);
-	store_bind_str(st, 2, pi->pi_tool);
-	store_bind_str(st, 3, pi->pi_hash);
-	store_bind_str(st, 4, pi->pi_canon);
-	sqlite3_bind_int64(st, 5, now);
-	return store_step_done(st);
+	    "AND tool = ?2", server, pi, now);
 }
 
 static int
