@@ -40,6 +40,12 @@ struct fuzz_script {
 
 struct event_base;
 
+/*
+ * The set-up of a target driving the HTTP client against this server:
+ * quiet logs, SIGPIPE ignored, plain http only (no CA bundle read for
+ * every client), and the event base they share.
+ */
+struct event_base *fuzz_http_init(void);
 /* Serve s (which must stay valid) to connections to host:port only. */
 void		fuzz_server_start(struct event_base *,
 		    const struct fuzz_script *, const char *host,

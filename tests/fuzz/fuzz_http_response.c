@@ -14,7 +14,6 @@
  * POST, HEAD, DELETE), 4 a second request from the first's on_done,
  * 8 cancel in the first body callback, 16 cancel in on_response.
  */
-#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -169,12 +168,7 @@ LLVMFuzzerInitialize(int *argc, char ***argv)
 {
 	(void)argc;
 	(void)argv;
-	fuzz_log_quiet();
-	signal(SIGPIPE, SIG_IGN);
-	/* Plain http only: no CA bundle to read for every client. */
-	setenv("SSL_CERT_FILE", "/nonexistent", 1);
-	if ((base = event_base_new()) == NULL)
-		abort();
+	base = fuzz_http_init();
 	return 0;
 }
 

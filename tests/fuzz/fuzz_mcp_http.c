@@ -14,7 +14,6 @@
  * Input: [flags] [cut] then the responses, separated by NUL bytes.
  * Flags: 1 the legacy HTTP+SSE transport, 2 the initialize era hint.
  */
-#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -119,11 +118,7 @@ LLVMFuzzerInitialize(int *argc, char ***argv)
 {
 	(void)argc;
 	(void)argv;
-	fuzz_log_quiet();
-	signal(SIGPIPE, SIG_IGN);
-	setenv("SSL_CERT_FILE", "/nonexistent", 1);
-	if ((base = event_base_new()) == NULL)
-		abort();
+	base = fuzz_http_init();
 	return 0;
 }
 

@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -169,4 +170,17 @@ fuzz_server_stop(void)
 		close(servers[i].fd);
 	}
 	nservers = 0;
+}
+
+struct event_base *
+fuzz_http_init(void)
+{
+	struct event_base *b;
+
+	fuzz_log_quiet();
+	signal(SIGPIPE, SIG_IGN);
+	setenv("SSL_CERT_FILE", "/nonexistent", 1);
+	if ((b = event_base_new()) == NULL)
+		abort();
+	return b;
 }
