@@ -923,7 +923,9 @@ req_event(struct mcp_req *mr, struct json_object *msg)
 
 /*
  * The one answer of a request, which then is done.  While the outcome of
- * the call it answers waits for its commit, the answer waits with it.
+ * the call it answers waits for its commit, the answer waits with it.  A
+ * stream is only for what comes before the answer: an answer that is the
+ * first thing to send goes as JSON, one message instead of three.
  */
 static void
 req_answer(struct mcp_req *mr, struct json_object *msg)
@@ -933,7 +935,7 @@ req_answer(struct mcp_req *mr, struct json_object *msg)
 		mr->mr_held = msg;
 		return;
 	}
-	if (mr->mr_sse) {
+	if (mr->mr_sse && mr->mr_streaming) {
 		req_event(mr, msg);
 		if (mr->mr_stream != NULL && mr->mr_stream->st_http != 0)
 			http_end(mr->mr_stream->st_http);
@@ -1037,7 +1039,7 @@ req_set_conv(struct mcp_req *mr)
 		    mr->mr_sess->ms_label);
 		return;
 	}
-	SHA256((const unsigned char *)u, strlen(u), h);
+	sha256(u, strlen(u), h);
 	snprintf(mr->mr_conv, sizeof(mr->mr_conv), "mcp-%02x%02x%02x%02x"
 	    "%02x%02x%02x%02x", h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]);
 }

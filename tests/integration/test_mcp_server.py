@@ -219,18 +219,18 @@ class McpServerTest(unittest.TestCase):
         self.assertIn("prompts", caps)
         status, body = self.rpc(self.bob, "ping", session=sid)
         self.assertEqual((status, body["result"]), (200, {}))
-        # tools/call answers with an event stream whose events have ids
+        # a call whose result is the first thing to say is answered as
+        # JSON, though the client takes event streams (test_progress has
+        # the stream, when something comes before the result)
         status, h, events = self.post(self.bob, {
             "jsonrpc": "2.0", "id": 5, "method": "tools/call",
             "params": {"name": "everything.echo",
                        "arguments": {"message": "hello"}}},
             session=sid, version=LEGACY)
         self.assertEqual(status, 200)
-        self.assertEqual(h["content-type"], "text/event-stream")
-        eid, msg = events[-1]
-        self.assertRegex(eid, r"^[1-9][0-9]*-[0-9]+$")
-        self.assertEqual(msg["id"], 5)
-        self.assertEqual(msg["result"]["content"][0]["text"],
+        self.assertEqual(h["content-type"], "application/json")
+        self.assertEqual(events["id"], 5)
+        self.assertEqual(events["result"]["content"][0]["text"],
                          "Echo: hello")
         # the same call answered as JSON for a client that takes no SSE
         status, body = self.rpc(self.bob, "tools/call", {
@@ -379,6 +379,9 @@ class McpServerTest(unittest.TestCase):
         self.assertEqual([p["progress"] for p in progress], [1, 2, 3])
         self.assertTrue(all(p["progressToken"] == "p-9" for p in progress))
         self.assertEqual(events[-1][1]["id"], 9)
+        self.assertEqual(h["content-type"], "text/event-stream")
+        for eid, _ in events:
+            self.assertRegex(eid, r"^[1-9][0-9]*-[0-9]+$")
         # ids increase along the stream
         seqs = [int(e.split("-")[1]) for e, _ in events]
         self.assertEqual(seqs, sorted(seqs))
