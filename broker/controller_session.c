@@ -20,6 +20,7 @@
 #include "broker/controller_session.h"
 #include "broker/controller_store.h"
 #include "common/log.h"
+#include "common/util.h"
 
 /* A user's sessions beyond this many lose their oldest at login. */
 #define SESSIONS_PER_USER	64
@@ -38,7 +39,7 @@ now_ms(void)
 static void
 id_hash(const char *id, unsigned char out[SHA256_DIGEST_LENGTH])
 {
-	SHA256((const unsigned char *)id, strlen(id), out);
+	sha256(id, strlen(id), out);
 }
 
 /* Keep the user's newest sessions only, leaving room for one more. */

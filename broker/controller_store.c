@@ -26,8 +26,27 @@
 
 #include "broker/controller_store.h"
 #include "common/log.h"
+#include "common/util.h"
 
 static sqlite3 *db;
+
+/*
+ * Keys that authenticated, by their SHA-256 (the users a hash names are
+ * one row each): every /mcp request authenticates, and the SELECT was a
+ * tenth of the controller's time per call.  Any change to the users table
+ * on our connection, the only one that writes it, empties the cache
+ * through SQLite's update hook (adding, rotating or revoking a key, with
+ * its user or tenant), and so does any rollback, which may undo a row the
+ * cache was filled from: a revoked key is refused at its next request.
+ * Only successes are kept; a slot is picked by the hash, a newcomer
+ * evicting the one there.
+ */
+#define KEYS_KEPT	256
+static struct key_kept {
+	int			kk_used;
+	unsigned char		kk_hash[SHA256_DIGEST_LENGTH];
+	struct store_user	kk_user;
+} keys_kept[KEYS_KEPT];
 /* Where an online backup is made before it goes to its file. */
 static char staging[4096 + 16];
 
@@ -330,6 +349,31 @@ owner_identity(const char *state_dir, uid_t *uid, gid_t *gid)
 
 static void	staging_remove(void);
 
+static void
+keys_forget(void)
+{
+	explicit_bzero(keys_kept, sizeof(keys_kept));
+}
+
+static void
+row_changed(void *arg, int op, const char *dbname, const char *table,
+    sqlite3_int64 rowid)
+{
+	(void)arg;
+	(void)op;
+	(void)dbname;
+	(void)rowid;
+	if (strcmp(table, "users") == 0)
+		keys_forget();
+}
+
+static void
+rolled_back(void *arg)
+{
+	(void)arg;
+	keys_forget();
+}
+
 static int
 open_database(const char *path)
 {
@@ -340,6 +384,8 @@ open_database(const char *path)
 		return -1;
 	}
 	sqlite3_busy_timeout(db, 5000);
+	(void)sqlite3_update_hook(db, row_changed, NULL);
+	(void)sqlite3_rollback_hook(db, rolled_back, NULL);
 	/*
 	 * FULL whatever the library's default: a committed audit row (a
 	 * call's intent) survives a power cut.  Group commit pays for it.
@@ -638,6 +684,7 @@ store_close(void)
 	}
 	sqlite3_close(db);
 	db = NULL;
+	keys_forget();
 }
 
 /* mcpb_ + 43 characters of base64url: 256 bits. */
@@ -665,7 +712,7 @@ key_new(char *key)
 static void
 key_hash(const char *key, unsigned char out[SHA256_DIGEST_LENGTH])
 {
-	SHA256((const unsigned char *)key, strlen(key), out);
+	sha256(key, strlen(key), out);
 }
 
 static void
@@ -830,6 +877,7 @@ store_authenticate(const char *key, struct store_user *u)
 {
 	unsigned char	 hash[SHA256_DIGEST_LENGTH];
 	char		 id[KEY_ID_LEN + 1];
+	struct key_kept	*kk;
 	sqlite3_stmt	*st;
 	const void	*stored;
 	int		 ok = 0;
@@ -838,8 +886,13 @@ store_authenticate(const char *key, struct store_user *u)
 	    strlen(key) < strlen(KEY_PREFIX) + KEY_ID_LEN ||
 	    strlen(key) >= KEY_MAX)
 		return -1;
-	key_id(key, id);
 	key_hash(key, hash);
+	kk = &keys_kept[(hash[0] | hash[1] << 8) % KEYS_KEPT];
+	if (kk->kk_used && CRYPTO_memcmp(kk->kk_hash, hash, sizeof(hash)) == 0) {
+		*u = kk->kk_user;
+		return 0;
+	}
+	key_id(key, id);
 	if ((st = store_cached("SELECT name, tenant, roles, key_hash FROM "
 	    "users WHERE key_id = ?")) == NULL)
 		return -1;
@@ -857,6 +910,11 @@ store_authenticate(const char *key, struct store_user *u)
 		ok = 1;
 	}
 	store_release(st);
+	if (ok) {
+		kk->kk_used = 1;
+		memcpy(kk->kk_hash, hash, sizeof(hash));
+		kk->kk_user = *u;
+	}
 	return ok ? 0 : -1;
 }
 

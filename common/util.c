@@ -263,15 +263,22 @@ hex_encode(const void *buf, size_t len, char *out)
  * every call, which showed per tool call.
  */
 void
-sha256_hex(const void *buf, size_t len, char out[SHA256_HEX_LEN + 1])
+sha256(const void *buf, size_t len, unsigned char out[32])
 {
 	static EVP_MD	*md;
-	unsigned char	 h[EVP_MAX_MD_SIZE];
 	unsigned int	 hlen = 0;
 
 	if (md == NULL && (md = EVP_MD_fetch(NULL, "SHA256", NULL)) == NULL)
 		abort();
-	if (EVP_Digest(buf, len, h, &hlen, md, NULL) != 1 || hlen != 32)
+	if (EVP_Digest(buf, len, out, &hlen, md, NULL) != 1 || hlen != 32)
 		abort();
-	hex_encode(h, hlen, out);
+}
+
+void
+sha256_hex(const void *buf, size_t len, char out[SHA256_HEX_LEN + 1])
+{
+	unsigned char h[32];
+
+	sha256(buf, len, h);
+	hex_encode(h, sizeof(h), out);
 }

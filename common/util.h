@@ -38,7 +38,8 @@ int	 json_get_bool(struct json_object *, const char *key, int optional,
 /* len bytes as 2 * len lowercase hex digits and a NUL. */
 void	 hex_encode(const void *, size_t len, char *out);
 #define SHA256_HEX_LEN	64
-/* The SHA-256 of len bytes, in hex. */
+/* The SHA-256 of len bytes, as its 32 bytes or in hex. */
+void	 sha256(const void *, size_t len, unsigned char out[32]);
 void	 sha256_hex(const void *, size_t len, char out[SHA256_HEX_LEN + 1]);
 /* Parse a payload that must be exactly one JSON object (depth capped). */
 struct json_object *json_parse_object(const char *buf, size_t len);

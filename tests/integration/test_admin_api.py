@@ -117,12 +117,14 @@ class AdminApiTest(unittest.TestCase):
         self.assertEqual(status, 200, doc)
         self.assertNotEqual(doc["key"], key)
         self.assertEqual(self.call("GET", "/auth/session", key=key)[0], 401)
-        self.assertEqual(self.call("GET", "/auth/session",
-                                   key=doc["key"])[0], 200)
-        # delete; not oneself; unknown names
+        key = doc["key"]
+        self.assertEqual(self.call("GET", "/auth/session", key=key)[0], 200)
+        # delete, and the key that just worked does not; not oneself;
+        # unknown names
         status, doc = self.call("DELETE", USERS + "/new.one@x",
                                 key=self.root)
         self.assertEqual(status, 200, doc)
+        self.assertEqual(self.call("GET", "/auth/session", key=key)[0], 401)
         status, doc = self.call("DELETE", USERS + "/root", key=self.root)
         self.assertEqual(status, 409, doc)
         self.assertEqual(doc["error"]["code"], "self")

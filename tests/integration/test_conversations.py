@@ -360,6 +360,7 @@ class ConversationTest(ConversationBase):
             self.llm.script({"text": "noted"})
             who.chat("remember OSTRICH")
         self.b.ctl("user", "del", "gus")
+        self.assertEqual(gus.call("GET", "/api/v1/conversations")[0], 401)
         self.assertEqual(sqlite(self.b, "SELECT COUNT(*) FROM conversations "
                                 "WHERE user = 'gus'"), "0")
         self.assertEqual(sqlite(self.b, "SELECT COUNT(*) FROM usage WHERE "

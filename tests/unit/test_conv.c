@@ -756,6 +756,40 @@ test_tenant_del(void **state)
 	json_object_put(o);
 }
 
+/*
+ * A key that authenticated is remembered, and forgotten with any change
+ * to the users table, however made, and with any rollback, which may have
+ * undone the row it was found in.
+ */
+static void
+test_keys_forgotten(void **state)
+{
+	struct store_user	u;
+	char			key[KEY_MAX], old[KEY_MAX], why[128];
+
+	(void)state;
+	assert_int_equal(store_user_add("ann", "t", "", key, why,
+	    sizeof(why)), 0);
+	assert_int_equal(store_authenticate(key, &u), 0);
+	assert_int_equal(store_authenticate(key, &u), 0);
+	assert_string_equal(u.su_tenant, "t");
+	sql("UPDATE users SET tenant = 'u' WHERE name = 'ann'");
+	assert_int_equal(store_authenticate(key, &u), 0);
+	assert_string_equal(u.su_tenant, "u");
+	snprintf(old, sizeof(old), "%s", key);
+	assert_int_equal(store_user_key("ann", key, why, sizeof(why)), 0);
+	assert_int_equal(store_authenticate(old, &u), -1);
+	assert_int_equal(store_authenticate(key, &u), 0);
+	assert_int_equal(store_user_del("ann", why, sizeof(why)), 0);
+	assert_int_equal(store_authenticate(key, &u), -1);
+	sql("BEGIN");
+	assert_int_equal(store_user_add("bob", "t", "", key, why,
+	    sizeof(why)), 0);
+	assert_int_equal(store_authenticate(key, &u), 0);
+	sql("ROLLBACK");
+	assert_int_equal(store_authenticate(key, &u), -1);
+}
+
 /* ---- an older database ---- */
 
 static char *
@@ -864,6 +898,7 @@ main(void)
 		T(test_who_sees_what),
 		T(test_list),
 		T(test_tenant_del),
+		T(test_keys_forgotten),
 		T(test_migration_from_v3),
 	};
 
