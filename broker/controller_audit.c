@@ -440,6 +440,8 @@ queue_run(int fd, short events, void *arg)
 	}
 }
 
+static void	jobs_init(struct event_base *);
+
 void
 audit_init(struct event_base *base)
 {
@@ -450,6 +452,7 @@ audit_init(struct event_base *base)
 	}
 	if ((aq.ev = event_new(base, -1, 0, queue_run, NULL)) == NULL)
 		fatalx("audit: event_new");
+	jobs_init(base);
 }
 
 struct audit_async *
@@ -622,11 +625,25 @@ audit_close_open_intents(void)
 
 /* ---- verifying ---- */
 
+/*
+ * The walk goes VERIFY_ROWS rows at a time, so that the admin's verify
+ * and checkpoint, which read every row, take turns with the loop (some
+ * 20 ms a step at 2 us a row) instead of holding up every chat and call
+ * for the whole trail.  It reads the rows up to the last one there when
+ * it began, against the checkpoint read in that same moment; rows
+ * appended meanwhile come after it and are the next walk's.  We never
+ * change a row, so the steps read what one read would have.
+ */
+#define VERIFY_ROWS	10000
+
 struct verify {
-	sqlite3_stmt	*rows;
 	int64_t		 prev_id;
 	unsigned char	 prev_hash[AUDIT_HASH_LEN];
 	uint64_t	 count;
+	int64_t		 end_id;	/* the last row when it began */
+	int		 head_ok;	/* the checkpoint then, if readable */
+	int64_t		 head_id;
+	unsigned char	 head_hash[AUDIT_HASH_LEN];
 	char		*why;
 	size_t		 whylen;
 };
@@ -636,6 +653,14 @@ blob_is(sqlite3_stmt *st, int i, const unsigned char *h)
 {
 	return sqlite3_column_bytes(st, i) == AUDIT_HASH_LEN &&
 	    memcmp(sqlite3_column_blob(st, i), h, AUDIT_HASH_LEN) == 0;
+}
+
+static int
+database_error(struct verify *v)
+{
+	snprintf(v->why, v->whylen, "database: %s", sqlite3_errmsg(
+	    store_db()));
+	return -1;
 }
 
 /* Another row whose predecessor is v->prev_hash: the chain goes on there. */
@@ -694,10 +719,9 @@ missing(struct verify *v, int64_t id)
  * contents so that a row moved whole reads as moved, not as changed.
  */
 static int
-verify_row(struct verify *v)
+verify_row(struct verify *v, sqlite3_stmt *st)
 {
-	sqlite3_stmt	*st = v->rows;
-	int64_t		 id = sqlite3_column_int64(st, 0), other;
+	int64_t id = sqlite3_column_int64(st, 0), other;
 
 	if (id != v->prev_id + 1) {
 		missing(v, id);
@@ -730,15 +754,63 @@ verify_row(struct verify *v)
 	return 0;
 }
 
+/* The checkpoint and the last row, in the caller's read transaction. */
+static int
+verify_begin(struct verify *v, char *why, size_t whylen)
+{
+	sqlite3_stmt	*st;
+	int		 rc;
+
+	memset(v, 0, sizeof(*v));
+	v->why = why;
+	v->whylen = whylen;
+	why[0] = '\0';
+	v->head_ok = head_get(&v->head_id, v->head_hash) == 0;
+	if (sqlite3_prepare_v2(store_db(), "SELECT max(id) FROM audit", -1,
+	    &st, NULL) != SQLITE_OK)
+		return database_error(v);
+	if ((rc = sqlite3_step(st)) == SQLITE_ROW)
+		v->end_id = sqlite3_column_int64(st, 0);
+	sqlite3_finalize(st);
+	return rc == SQLITE_ROW ? 0 : database_error(v);
+}
+
+/*
+ * Up to VERIFY_ROWS more rows: 1 if there are more to read, 0 once the
+ * last is read, -1 with why at the first problem.  The first step starts
+ * below any id, so that a row slipped in under the first is seen.
+ */
+static int
+verify_step(struct verify *v)
+{
+	sqlite3_stmt	*st;
+	int		 rc, n = 0;
+
+	if (sqlite3_prepare_v2(store_db(), "SELECT id, ts, kind, user, "
+	    "tenant, prev_hash, hash, detail FROM audit WHERE id > ? AND "
+	    "id <= ? ORDER BY id LIMIT ?", -1, &st, NULL) != SQLITE_OK)
+		return database_error(v);
+	sqlite3_bind_int64(st, 1, v->count == 0 ? INT64_MIN : v->prev_id);
+	sqlite3_bind_int64(st, 2, v->end_id);
+	sqlite3_bind_int(st, 3, VERIFY_ROWS);
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW && verify_row(v, st) == 0)
+		n++;
+	sqlite3_finalize(st);
+	if (rc == SQLITE_ROW)
+		return -1;
+	if (rc != SQLITE_DONE)
+		return database_error(v);
+	return n == VERIFY_ROWS && v->prev_id < v->end_id ? 1 : 0;
+}
+
 /* The last row read against the checkpoint: a cut tail shows here. */
 static int
 verify_head(struct verify *v)
 {
-	unsigned char	h[AUDIT_HASH_LEN];
-	int64_t		last;
+	int64_t		last = v->head_id;
 	long long	n = (long long)v->prev_id;
 
-	if (head_get(&last, h) == -1) {
+	if (!v->head_ok) {
 		snprintf(v->why, v->whylen, "the checkpoint is missing or "
 		    "damaged (last row %lld)", n);
 		return -1;
@@ -753,7 +825,7 @@ verify_head(struct verify *v)
 		snprintf(v->why, v->whylen, "rows after %lld are not in the "
 		    "checkpoint (last row %lld): added behind mcpbroker's "
 		    "back", (long long)last, n);
-	else if (memcmp(h, v->prev_hash, AUDIT_HASH_LEN) != 0)
+	else if (memcmp(v->head_hash, v->prev_hash, AUDIT_HASH_LEN) != 0)
 		snprintf(v->why, v->whylen, "row %lld: differs from the "
 		    "checkpoint", n);
 	else
@@ -761,28 +833,16 @@ verify_head(struct verify *v)
 	return -1;
 }
 
+/* rc of the last step; 0 if the whole trail holds.  rows and head out. */
 static int
-verify_walk(struct verify *v)
+verify_end(struct verify *v, int rc, uint64_t *rows,
+    unsigned char head[AUDIT_HASH_LEN])
 {
-	int rc;
-
-	if (sqlite3_prepare_v2(store_db(), "SELECT id, ts, kind, user, "
-	    "tenant, prev_hash, hash, detail FROM audit ORDER BY id", -1,
-	    &v->rows, NULL) != SQLITE_OK) {
-		snprintf(v->why, v->whylen, "database: %s",
-		    sqlite3_errmsg(store_db()));
-		return -1;
-	}
-	while ((rc = sqlite3_step(v->rows)) == SQLITE_ROW)
-		if (verify_row(v) == -1)
-			break;
-	if (rc != SQLITE_ROW && rc != SQLITE_DONE)
-		snprintf(v->why, v->whylen, "database: %s",
-		    sqlite3_errmsg(store_db()));
-	sqlite3_finalize(v->rows);
-	if (rc != SQLITE_DONE)
-		return -1;
-	return verify_head(v);
+	if (rc == 0)
+		rc = verify_head(v);
+	*rows = v->count;
+	memcpy(head, v->prev_hash, AUDIT_HASH_LEN);
+	return rc;
 }
 
 int
@@ -792,19 +852,17 @@ audit_verify(char *why, size_t whylen, uint64_t *rows,
 	struct verify	v;
 	int		rc;
 
-	memset(&v, 0, sizeof(v));
-	v.why = why;
-	v.whylen = whylen;
+	*rows = 0;
+	memset(head, 0, AUDIT_HASH_LEN);
 	snprintf(why, whylen, "database not open");
 	/* One read transaction: the rows and the checkpoint of one moment. */
 	if (store_db() == NULL || exec("BEGIN;") == -1)
 		return -1;
-	why[0] = '\0';
-	rc = verify_walk(&v);
+	if ((rc = verify_begin(&v, why, whylen)) == 0)
+		while ((rc = verify_step(&v)) == 1)
+			;
 	(void)exec("COMMIT;");
-	*rows = v.count;
-	memcpy(head, v.prev_hash, AUDIT_HASH_LEN);
-	return rc;
+	return verify_end(&v, rc, rows, head);
 }
 
 /* ---- reading ---- */
@@ -1131,34 +1189,34 @@ sig_op(int sign, const char *msg, size_t len, unsigned char *sig,
 	return ok ? 0 : -1;
 }
 
-struct json_object *
-audit_checkpoint(char *why, size_t whylen)
+static int
+no_signing_key(char *why, size_t whylen)
 {
-	unsigned char		 head[AUDIT_HASH_LEN], sig[ED25519_SIG_LEN];
+	if (signing_key != NULL)
+		return 0;
+	snprintf(why, whylen, "no signing key is configured: add audit { "
+	    "signing-key-file \"PATH\" } (openssl genpkey -algorithm "
+	    "ed25519) and reload");
+	return 1;
+}
+
+/* The signed checkpoint of a trail that verified: ids 1..rows, head. */
+static struct json_object *
+checkpoint_sign(uint64_t rows, const unsigned char head[AUDIT_HASH_LEN],
+    char *why, size_t whylen)
+{
+	unsigned char		 sig[ED25519_SIG_LEN];
 	char			 hhex[2 * AUDIT_HASH_LEN + 1];
 	char			 when[AUDIT_TIME_LEN];
 	char			 text[512], pub[B64_MAX], sig64[B64_MAX];
-	char			 broken[256];
 	struct json_object	*cp;
-	uint64_t		 rows;
 	size_t			 siglen = sizeof(sig);
 	int			 len;
 
-	if (signing_key == NULL) {
-		snprintf(why, whylen, "no signing key is configured: add "
-		    "audit { signing-key-file \"PATH\" } (openssl genpkey "
-		    "-algorithm ed25519) and reload");
+	if (no_signing_key(why, whylen))
 		return NULL;
-	}
-	/* A checkpoint vouches for the chain: never for a broken one. */
-	if (audit_verify(broken, sizeof(broken), &rows, head) == -1) {
-		snprintf(why, whylen, "the trail is broken (%s): not signing "
-		    "it", broken);
-		return NULL;
-	}
-	hex_encode(head, sizeof(head), hhex);
+	hex_encode(head, AUDIT_HASH_LEN, hhex);
 	audit_time_str(now_ms(), when, sizeof(when));
-	/* Ids run 1..rows in a trail that verifies. */
 	if ((len = audit_checkpoint_text(text, sizeof(text), (int64_t)rows,
 	    hhex, (int64_t)rows, when)) == -1 ||
 	    sig_op(1, text, (size_t)len, sig, &siglen) == -1 ||
@@ -1179,6 +1237,30 @@ audit_checkpoint(char *why, size_t whylen)
 	json_object_object_add(cp, "public_key", json_object_new_string(pub));
 	json_object_object_add(cp, "signature", json_object_new_string(sig64));
 	return cp;
+}
+
+/* A checkpoint vouches for the chain: never for a broken one. */
+static void
+broken_no_signing(const char *broken, char *why, size_t whylen)
+{
+	snprintf(why, whylen, "the trail is broken (%s): not signing it",
+	    broken);
+}
+
+struct json_object *
+audit_checkpoint(char *why, size_t whylen)
+{
+	unsigned char	head[AUDIT_HASH_LEN];
+	char		broken[256];
+	uint64_t	rows;
+
+	if (no_signing_key(why, whylen))
+		return NULL;
+	if (audit_verify(broken, sizeof(broken), &rows, head) == -1) {
+		broken_no_signing(broken, why, whylen);
+		return NULL;
+	}
+	return checkpoint_sign(rows, head, why, whylen);
 }
 
 /* Exactly 64 bytes of padded base64, or -1. */
@@ -1346,47 +1428,179 @@ verify_checkpoint(struct json_object *cp)
 	return r;
 }
 
+/*
+ * The admin's verify and checkpoint walk the trail as jobs, a step each
+ * pass of the loop (a zero timer, so that what is ready is served in
+ * between); one job walks at a time, the others wait their turn.
+ */
+#define VERIFY_JOBS	4
+
+struct verify_job {
+	TAILQ_ENTRY(verify_job)	 vj_entry;
+	uint64_t		 vj_admin;	/* the request it answers */
+	int			 vj_sign;	/* a checkpoint: sign the head */
+	struct json_object	*vj_checkpoint;	/* to check as well, or NULL */
+	int			 vj_begun;
+	struct verify		 vj_v;
+	char			 vj_why[256];
+};
+static struct {
+	struct event			*ev;
+	TAILQ_HEAD(, verify_job)	 queue;
+	int				 n;
+} jobs = { NULL, TAILQ_HEAD_INITIALIZER(jobs.queue), 0 };
+
+static void
+jobs_schedule(void)
+{
+	struct timeval tv = { 0, 0 };
+
+	if (!TAILQ_EMPTY(&jobs.queue))
+		evtimer_add(jobs.ev, &tv);
+}
+
 /* A broken trail is an answer, not a failed request: ok, intact false. */
 static void
-admin_verify(uint64_t id, struct json_object *o)
+verify_answer(struct verify_job *j, int intact, uint64_t rows,
+    const unsigned char head[AUDIT_HASH_LEN])
 {
-	unsigned char		 head[AUDIT_HASH_LEN];
-	char			 why[256], h[2 * AUDIT_HASH_LEN + 1];
-	struct json_object	*r = reply_ok(), *cp;
-	uint64_t		 rows;
-	int			 intact;
+	char			 h[2 * AUDIT_HASH_LEN + 1];
+	struct json_object	*r = reply_ok();
 
-	intact = audit_verify(why, sizeof(why), &rows, head) == 0;
-	hex_encode(head, sizeof(head), h);
+	hex_encode(head, AUDIT_HASH_LEN, h);
 	json_object_object_add(r, "intact", json_object_new_boolean(intact));
 	json_object_object_add(r, "rows", json_object_new_int64(
 	    (int64_t)rows));
 	json_object_object_add(r, "head", json_object_new_string(h));
 	if (!intact) {
 		json_object_object_add(r, "problem",
-		    json_object_new_string(why));
-		log_warnx("audit verify: %s", why);
+		    json_object_new_string(j->vj_why));
+		log_warnx("audit verify: %s", j->vj_why);
 	}
-	if (json_object_object_get_ex(o, "checkpoint", &cp))
-		json_object_object_add(r, "checkpoint", verify_checkpoint(cp));
-	admin_reply(id, r);
+	if (j->vj_checkpoint != NULL)
+		json_object_object_add(r, "checkpoint",
+		    verify_checkpoint(j->vj_checkpoint));
+	admin_reply(j->vj_admin, r);
+}
+
+static void
+checkpoint_answer(struct verify_job *j, int intact, uint64_t rows,
+    const unsigned char head[AUDIT_HASH_LEN])
+{
+	struct json_object	*r, *cp = NULL;
+	char			 why[300];
+
+	if (!intact)
+		broken_no_signing(j->vj_why, why, sizeof(why));
+	else
+		cp = checkpoint_sign(rows, head, why, sizeof(why));
+	if (cp == NULL) {
+		admin_error(j->vj_admin, why);
+		return;
+	}
+	log_info("audit checkpoint: row %lld signed", (long long)rows);
+	r = reply_ok();
+	json_object_object_add(r, "checkpoint", cp);
+	admin_reply(j->vj_admin, r);
+}
+
+/* One step of the first job: 1 while it has more to walk. */
+static int
+job_step(struct verify_job *j)
+{
+	int rc;
+
+	if (!j->vj_begun) {
+		j->vj_begun = 1;
+		if (store_db() == NULL || exec("BEGIN;") == -1) {
+			snprintf(j->vj_why, sizeof(j->vj_why),
+			    "database not open");
+			return -1;
+		}
+		rc = verify_begin(&j->vj_v, j->vj_why, sizeof(j->vj_why));
+		(void)exec("COMMIT;");
+		if (rc == -1)
+			return -1;
+	}
+	return verify_step(&j->vj_v);
+}
+
+static void
+jobs_run(int fd, short events, void *arg)
+{
+	struct verify_job	*j = TAILQ_FIRST(&jobs.queue);
+	unsigned char		 head[AUDIT_HASH_LEN];
+	uint64_t		 rows;
+	int			 rc, intact;
+
+	(void)fd;
+	(void)events;
+	(void)arg;
+	if (j == NULL)
+		return;
+	if ((rc = job_step(j)) != 1) {
+		TAILQ_REMOVE(&jobs.queue, j, vj_entry);
+		jobs.n--;
+		intact = verify_end(&j->vj_v, rc, &rows, head) == 0;
+		if (j->vj_sign)
+			checkpoint_answer(j, intact, rows, head);
+		else
+			verify_answer(j, intact, rows, head);
+		json_object_put(j->vj_checkpoint);
+		free(j);
+	}
+	jobs_schedule();
+}
+
+static void
+job_start(uint64_t id, int sign, struct json_object *checkpoint)
+{
+	struct verify_job *j;
+
+	if (jobs.n == VERIFY_JOBS) {
+		admin_error(id, "audit: 4 walks of the trail (verify, "
+		    "checkpoint) are running or waiting; try again when one "
+		    "ends");
+		return;
+	}
+	if ((j = calloc(1, sizeof(*j))) == NULL)
+		fatal("calloc");
+	j->vj_admin = id;
+	j->vj_sign = sign;
+	j->vj_checkpoint = json_object_get(checkpoint);
+	TAILQ_INSERT_TAIL(&jobs.queue, j, vj_entry);
+	jobs.n++;
+	jobs_schedule();
+}
+
+static void
+jobs_init(struct event_base *base)
+{
+	if (jobs.ev != NULL)
+		event_free(jobs.ev);
+	if ((jobs.ev = evtimer_new(base, jobs_run, NULL)) == NULL)
+		fatalx("audit: evtimer_new");
+	jobs_schedule();
+}
+
+static void
+admin_verify(uint64_t id, struct json_object *o)
+{
+	struct json_object *cp = NULL;
+
+	(void)json_object_object_get_ex(o, "checkpoint", &cp);
+	job_start(id, 0, cp);
 }
 
 static void
 admin_checkpoint(uint64_t id)
 {
-	struct json_object	*r, *cp;
-	char			 why[300];
+	char why[300];
 
-	if ((cp = audit_checkpoint(why, sizeof(why))) == NULL) {
+	if (no_signing_key(why, sizeof(why)))
 		admin_error(id, why);
-		return;
-	}
-	log_info("audit checkpoint: row %lld signed", (long long)
-	    json_object_get_int64(json_object_object_get(cp, "last_id")));
-	r = reply_ok();
-	json_object_object_add(r, "checkpoint", cp);
-	admin_reply(id, r);
+	else
+		job_start(id, 1, NULL);
 }
 
 struct export_buf {

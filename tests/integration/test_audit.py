@@ -21,7 +21,7 @@ import subprocess
 import tempfile
 import unittest
 
-from broker import MCPBROKER, Broker
+from broker import MCPBROKER, MCPBROKERCTL, Broker
 from llmfixtures import KEY, PROVIDERS, FakeLLM
 from mcpfixtures import HOSTILE
 
@@ -153,20 +153,20 @@ class AuditTest(unittest.TestCase):
         r = self.b.ctl("audit", "export", "--format", "csv", check=False)
         self.assertEqual(r.returncode, 2)
 
-    def test_long_trail_pages(self):
-        """More rows than one answer holds: export pages through them, and
-        rows written in Python from the documented encoding verify."""
-        self.users("a")
+    def append_rows(self, n, detail_size=300):
+        """n tool_call rows written in Python from the documented encoding,
+        the daemon stopped; the new head."""
         self.stop_daemon()
         owner = os.stat(self.db)
         detail = json.dumps({"tool": "files.read_file",
-                             "arguments": {"path": "/srv/" + "x" * 300}},
+                             "arguments": {"path": "/srv/" + "x" *
+                                           detail_size}},
                             separators=(",", ":"))
         with sqlite3.connect(self.db) as conn:
             last_id, prev = conn.execute("SELECT last_id, last_hash FROM "
                                          "audit_checkpoint").fetchone()
             rows = []
-            for i in range(last_id + 1, last_id + 12001):
+            for i in range(last_id + 1, last_id + n + 1):
                 h = row_hash(i, 1700000000000 + i, "tool_call", "alice",
                              "acme", detail, prev)
                 rows.append((i, 1700000000000 + i, "tool_call", "alice",
@@ -181,6 +181,13 @@ class AuditTest(unittest.TestCase):
         for name in os.listdir(state):
             os.chown(os.path.join(state, name), owner.st_uid, owner.st_gid)
         self.b.start()
+        return prev
+
+    def test_long_trail_pages(self):
+        """More rows than one answer holds: export pages through them, and
+        rows written in Python from the documented encoding verify."""
+        self.users("a")
+        prev = self.append_rows(12000)
         r = self.verify()
         self.assertEqual(r.stdout.strip(), "audit trail OK: 12001 rows, "
                          "head %s" % prev.hex())
@@ -191,6 +198,41 @@ class AuditTest(unittest.TestCase):
                          "alice").stdout.splitlines()
         self.assertEqual([l.split()[0] for l in out[1:]],
                          ["11999", "12000", "12001"])
+
+    def test_verify_leaves_the_broker_serving(self):
+        """`audit verify` reads a long trail in steps that take turns with
+        everything else: while it reads 300,000 rows, requests are
+        answered and users added, their rows after the ones it reads; the
+        next verify has them too."""
+        r = self.b.ctl("user", "add", "-r", "analyst", "a")
+        key = r.stdout.strip().splitlines()[-1]
+        self.append_rows(300000, detail_size=40)
+        verify = subprocess.Popen([MCPBROKERCTL, "-s", self.b.sock, "audit",
+                                   "verify"], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+        self.addCleanup(verify.kill)
+        answered = added = 0
+        while verify.poll() is None:
+            status, _, _ = self.b.request(
+                "GET", "/auth/session", None,
+                {"Authorization": "Bearer " + key})
+            self.assertEqual(status, 200)
+            if verify.poll() is None:
+                answered += 1
+            if answered % 20 == 1 and added < 3:
+                self.b.ctl("user", "add", "u%d" % added)
+                added += 1
+        out, err = verify.communicate()
+        self.assertEqual(verify.returncode, 0, out + err)
+        # the rows there when it began: the first user's, then 300,000
+        self.assertRegex(out, r"^audit trail OK: 300001 rows, head ")
+        self.assertGreaterEqual(answered, 10, "requests answered while "
+                                "the trail was being read")
+        self.assertGreaterEqual(added, 1)
+        r = self.verify()
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("audit trail OK: %d rows" % (300001 + added),
+                      r.stdout)
 
     def test_tampering_is_found(self):
         self.users("u1", "u2", "u3", "u4", "u5", "u6")

@@ -31,13 +31,16 @@
 
 /* controller.c's answers to mcpbrokerctl, kept for the test to read. */
 static struct json_object *last_reply;
+static uint64_t last_reply_id;
+static int replies;
 
 void
 admin_reply(uint64_t id, struct json_object *reply)
 {
-	(void)id;
 	json_object_put(last_reply);
 	last_reply = reply;
+	last_reply_id = id;
+	replies++;
 }
 
 void
@@ -588,9 +591,13 @@ admin(const char *json)
 	const char		*op;
 
 	op = json_object_get_string(json_object_object_get(o, "op"));
+	json_object_put(last_reply);
+	last_reply = NULL;
 	audit_admin(1, op, o);
 	json_object_put(o);
-	assert_non_null(last_reply);
+	while (last_reply == NULL)	/* a walk of the trail takes passes */
+		assert_int_equal(event_base_loop(base, EVLOOP_ONCE |
+		    EVLOOP_NONBLOCK), 0);
 	return last_reply;
 }
 
@@ -920,6 +927,76 @@ run_loop(void)
 {
 	assert_int_equal(event_base_loop(base, EVLOOP_ONCE |
 	    EVLOOP_NONBLOCK), 0);
+}
+
+/*
+ * The admin's walk of the trail takes turns with the loop: 25,000 rows
+ * are three steps, one a pass, and rows asked for once it has begun are
+ * written in the same passes; they come after the walk's last row, and
+ * the next walk has them.
+ */
+static void
+test_verify_takes_turns(void **state)
+{
+	struct json_object	*o = json_tokener_parse("{}"), *r;
+	int			 i, passes;
+
+	(void)state;
+	for (i = 0; i < 25000; i++)
+		(void)audit_append_async("tool_call", "alice", "acme", o,
+		    NULL, NULL);
+	run_loop();
+	assert_int_equal(row_count(), 25000);
+	json_object_put(last_reply);
+	last_reply = NULL;
+	audit_admin(1, "audit_verify", o);
+	for (passes = 0; last_reply == NULL && passes < 10; passes++) {
+		if (passes > 0)		/* the walk has begun */
+			(void)audit_append_async("auth", "bob", "acme", o,
+			    NULL, NULL);
+		run_loop();
+		assert_int_equal(row_count(), 25000 + passes);
+	}
+	assert_int_equal(passes, 3);
+	assert_true(json_object_get_boolean(json_object_object_get(last_reply,
+	    "intact")));
+	assert_int_equal(json_object_get_int(json_object_object_get(
+	    last_reply, "rows")), 25000);
+	json_object_put(o);
+	r = admin("{\"op\":\"audit_verify\"}");
+	assert_true(json_object_get_boolean(json_object_object_get(r,
+	    "intact")));
+	assert_int_equal(json_object_get_int(json_object_object_get(r,
+	    "rows")), 25002);
+}
+
+/* Four walks wait their turn and are answered in order; a fifth is not. */
+static void
+test_walks_wait_their_turn(void **state)
+{
+	struct json_object	*o = json_tokener_parse("{}");
+	const char		*error;
+	uint64_t		 id;
+
+	(void)state;
+	append_rows(4);
+	replies = 0;
+	for (id = 1; id <= 5; id++)
+		audit_admin(id, "audit_verify", o);
+	json_object_put(o);
+	assert_int_equal(replies, 1);
+	assert_int_equal(last_reply_id, 5);
+	error = json_object_get_string(json_object_object_get(last_reply,
+	    "error"));
+	assert_non_null(error);
+	assert_non_null(strstr(error, "try again when one ends"));
+	for (id = 1; id <= 4; id++) {
+		run_loop();
+		assert_int_equal(replies, (int)id + 1);
+		assert_int_equal(last_reply_id, id);
+		assert_true(json_object_get_boolean(json_object_object_get(
+		    last_reply, "intact")));
+	}
 }
 
 /* Rows asked for in one pass: one commit, callbacks in order, after. */
@@ -1431,6 +1508,8 @@ main(void)
 		T(test_admin_ops),
 		T(test_migration_from_v1),
 		T(test_group_commit_one_transaction),
+		T(test_verify_takes_turns),
+		T(test_walks_wait_their_turn),
 		T(test_group_commit_order),
 		T(test_group_commit_settle),
 		T(test_group_commit_reentry),
