@@ -101,7 +101,12 @@ struct http_callbacks {
 		    void *arg);
 };
 
-#define HTTP_DEFAULT_MAX_IDLE		4
+/*
+ * Idle connections kept per host: enough for the bursts of many chats on
+ * one provider, each of which would otherwise be a new connection and,
+ * to an https provider, a TLS handshake.
+ */
+#define HTTP_DEFAULT_MAX_IDLE		64
 #define HTTP_DEFAULT_POOL_IDLE_MS	30000
 #define HTTP_DEFAULT_CONNECT_MS		30000
 #define HTTP_DEFAULT_IDLE_MS		60000

@@ -30,7 +30,7 @@
 #include "common/http_client.h"
 #include "common/util.h"
 
-#define TSRV_MAXCONN	16
+#define TSRV_MAXCONN	32
 #define TSRV_MAXREQ	256
 #define TSRV_KEEPREQ	4	/* requests whose text is kept */
 
@@ -987,6 +987,39 @@ test_pool_lifecycle(void **state)
 	assert_int_equal(c->c_srv.ts_naccepted, 3);
 }
 
+/*
+ * Twelve requests at once, then twelve more: the second twelve go over
+ * the first twelve's connections (a pool of four kept four).
+ */
+static void
+test_pool_keeps_a_burst(void **state)
+{
+#define BURST	12
+	static const struct tresp one = {
+		"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nx", 0, 0, 0, 0 };
+	static struct tresp	 s[2 * BURST];
+	struct tctx		*c = *state;
+	struct http_request_opts o = opts(c, "GET", "/");
+	struct tres		 r[BURST];
+	int			 i, round;
+
+	for (i = 0; i < 2 * BURST; i++)
+		s[i] = one;
+	SCRIPT(&c->c_srv, s);
+	for (round = 0; round < 2; round++) {
+		memset(r, 0, sizeof(r));
+		for (i = 0; i < BURST; i++)
+			start(c, &o, &r[i]);
+		for (i = 0; i < BURST; i++) {
+			run_until(c, &r[i].r_ndone, 1);
+			expect_ok(&r[i], 200, "x");
+		}
+	}
+	assert_int_equal(c->c_srv.ts_nreq, 2 * BURST);
+	assert_int_equal(c->c_srv.ts_naccepted, BURST);
+#undef BURST
+}
+
 static void
 test_bad_options(void **state)
 {
@@ -1158,6 +1191,8 @@ main(void)
 		    teardown),
 		cmocka_unit_test_setup_teardown(test_retry_idempotent_only,
 		    setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pool_keeps_a_burst, setup,
+		    teardown),
 		cmocka_unit_test_setup_teardown(test_pool_lifecycle, setup,
 		    teardown),
 		cmocka_unit_test_setup_teardown(test_bad_options, setup,
