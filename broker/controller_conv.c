@@ -209,6 +209,23 @@ conv_meta_from_row(struct sqlite3_stmt *st, struct conv_meta *cv)
 	cv->cv_updated = sqlite3_column_int64(st, 8);
 }
 
+/*
+ * The history is a copy (a chat goes on without it): its writes wait for
+ * the next fsync instead of each making one (store_begin_lazy).
+ */
+static int
+history_write(const char *sp, sqlite3_stmt *st)
+{
+	int rc;
+
+	if (store_begin_lazy(sp) == -1) {
+		sqlite3_finalize(st);
+		return -1;
+	}
+	rc = store_step_done(st);
+	return store_end(sp, rc == 0) == 0 && rc == 0 ? 0 : -1;
+}
+
 int
 conv_create(struct conv_meta *cv)
 {
@@ -228,7 +245,7 @@ conv_create(struct conv_meta *cv)
 	store_bind_str(st, 7, cv->cv_toolset);
 	sqlite3_bind_int64(st, 8, cv->cv_created);
 	sqlite3_bind_int64(st, 9, cv->cv_updated);
-	return store_step_done(st);
+	return history_write("conv_create", st);
 }
 
 int
@@ -261,7 +278,7 @@ conv_resume(const char *id, const char *provider, const char *model,
 	store_bind_str(st, 2, model);
 	store_bind_str(st, 3, toolset);
 	store_bind_str(st, 4, id);
-	return store_step_done(st);
+	return history_write("conv_resume", st);
 }
 
 /* [{id, name, arguments}]: arguments as the model wrote them. */
@@ -351,7 +368,7 @@ conv_append(const char *id, const struct chat_message *m, int whole)
 	}
 	if (m->cm_ncalls > 0)
 		calls = calls_text(m);
-	if (store_begin("conv_append") == -1) {
+	if (store_begin_lazy("conv_append") == -1) {
 		free(calls);
 		return -1;
 	}

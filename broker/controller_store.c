@@ -645,17 +645,60 @@ store_begin(const char *sp)
 	return exec(sql);
 }
 
+/*
+ * The unit of work that lowered synchronous to NORMAL, if one did.  In WAL
+ * mode that commit writes the WAL without syncing it; the next FULL commit
+ * syncs the WAL, and with it every frame written before, so an audit row
+ * on disk has the history before it on disk too.  A crash of the process
+ * loses nothing (the frames are written); a power cut may lose what came
+ * after the last sync.  Everything else, the audit trail first, commits
+ * with FULL: a failure to go back to it ends the process.
+ */
+static const char *lazy_sp;
+
+static void	sync_full_again(const char *);
+
+int
+store_begin_lazy(const char *sp)
+{
+	if (db == NULL)
+		return -1;
+	if (lazy_sp == NULL && sqlite3_get_autocommit(db)) {
+		if (exec("PRAGMA synchronous = NORMAL;") == -1)
+			return -1;
+		lazy_sp = sp;
+	}
+	if (store_begin(sp) == 0)
+		return 0;
+	sync_full_again(sp);
+	return -1;
+}
+
+static void
+sync_full_again(const char *sp)
+{
+	if (lazy_sp == NULL || strcmp(sp, lazy_sp) != 0)
+		return;
+	lazy_sp = NULL;
+	if (exec("PRAGMA synchronous = FULL;") == -1)
+		fatalx("database: cannot make commits synchronous again");
+}
+
 int
 store_end(const char *sp, int ok)
 {
 	char	sql[160];
+	int	rv = 0;
 
 	snprintf(sql, sizeof(sql), "RELEASE %s;", sp);
-	if (ok && exec(sql) == 0)
-		return 0;
-	snprintf(sql, sizeof(sql), "ROLLBACK TO %s; RELEASE %s;", sp, sp);
-	(void)exec(sql);
-	return ok ? -1 : 0;
+	if (!ok || exec(sql) == -1) {
+		snprintf(sql, sizeof(sql), "ROLLBACK TO %s; RELEASE %s;", sp,
+		    sp);
+		(void)exec(sql);
+		rv = ok ? -1 : 0;
+	}
+	sync_full_again(sp);
+	return rv;
 }
 
 /* For the other tables' modules (controller_audit.c): one connection. */

@@ -35,6 +35,12 @@ struct sqlite3	*store_db(void);
  */
 int	store_begin(const char *sp);
 int	store_end(const char *sp, int ok);
+/*
+ * The same for a copy that may wait for the next fsync (the conversation
+ * history): at the top level it commits without one of its own, durable
+ * with the next commit that syncs, at the latest the audit trail's next.
+ */
+int	store_begin_lazy(const char *sp);
 
 /*
  * An online backup into fd, a regular file opened for writing (taken

@@ -599,6 +599,64 @@ class SlowDiskTest(FaultBase):
         self.assert_nothing_lost()
 
 
+class ChatFsyncTest(FaultBase):
+    """A chat turn's history goes to disk without a fsync of its own: the
+    controller's fsyncs during a turn are the audit trail's commits (whose
+    sync carries the messages written before them) and one per LLM call
+    for its usage row.  A crash of the controller loses none of it."""
+
+    servers = (server_block("h", "ok") + 'toolset "t" { tools "h.*" }\n')
+
+    def fsyncs(self, turn):
+        """The controller's fdatasync and fsync calls while turn runs."""
+        pid = self.b.processes()["controller"]["pid"]
+        out = os.path.join(self.b.dir, "strace.out")
+        tracer = subprocess.Popen(
+            ["strace", "-qq", "-f", "-o", out, "-p", str(pid),
+             "-e", "trace=fdatasync,fsync"])
+
+        def traced():
+            with open("/proc/%d/status" % pid) as f:
+                return "TracerPid:\t0\n" not in f.read()
+        wait_for(traced, what="strace attached")
+        turn()
+        tracer.terminate()
+        tracer.wait()
+        return len([l for l in read(out).splitlines() if "sync(" in l])
+
+    def test_history_is_not_synced_message_by_message(self):
+        self.connect("alice", "llm")
+
+        def plain():
+            self.llm.script({"text": "no tools"})
+            status, events = self.stream("alice", "hello")
+            self.assertEqual(events[-1][0], "final", events)
+
+        def with_a_tool():
+            self.llm.script({"tool_calls": [{"name": "h__echo",
+                                             "arguments": {"text": "y"}}]},
+                            {"text": "done"})
+            status, events = self.stream("alice", "echo y")
+            self.assertEqual(events[-1][0], "final", events)
+        # the usage row of the one LLM call (history: four before)
+        self.assertEqual(self.fsyncs(plain), 1)
+        # the intent and the outcome, two usage rows (before: eight)
+        self.assertEqual(self.fsyncs(with_a_tool), 4)
+        ctl = self.b.processes()["controller"]["pid"]
+        os.kill(ctl, signal.SIGKILL)
+        self.assertNotEqual(self.b.wait_exit(timeout=15), 0)
+        con = sqlite3.connect(os.path.join(self.b.dir, "state",
+                                           "mcpbroker.db"))
+        self.addCleanup(con.close)
+        rows = con.execute("SELECT role, content FROM messages ORDER BY "
+                           "id").fetchall()
+        self.assertEqual([r for r, _ in rows], ["user", "assistant", "user",
+                                                "assistant", "tool",
+                                                "assistant"])
+        self.assertEqual([rows[i][1] for i in (0, 1, 2, 5)],
+                         ["hello", "no tools", "echo y", "done"])
+
+
 class CrashLoopTest(FaultBase):
     """A worker that keeps dying: degraded after 5 exits in 60 s, with a
     warning and one audit row, and ready again once it stays up."""
