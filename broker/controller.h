@@ -87,8 +87,6 @@ void	admin_error(uint64_t id, const char *message);
 void	api_request(uint64_t id, struct json_object *req);
 void	api_cancel(uint64_t id);
 struct store_user;
-/* The user holds the role ("admin", "tenant-admin", ...). */
-int	user_has_role(const struct store_user *, const char *role);
 
 /*
  * controller.c: users and keys for the console (/api/v1/admin/users), as

@@ -239,19 +239,6 @@ r_providers(uint64_t id, const struct store_user *u, const char *rest,
 	api_reply(id, 200, r);
 }
 
-static int
-has_role(const struct store_user *u, const char *role)
-{
-	char		 buf[sizeof(u->su_roles)], *save, *r;
-
-	snprintf(buf, sizeof(buf), "%s", u->su_roles);
-	for (r = strtok_r(buf, ",", &save); r != NULL;
-	    r = strtok_r(NULL, ",", &save))
-		if (strcmp(r, role) == 0)
-			return 1;
-	return 0;
-}
-
 #define QUERY_VALUE_MAX	256
 
 /*
@@ -341,7 +328,7 @@ r_audit(uint64_t id, const struct store_user *u, const char *rest,
 
 	(void)rest;
 	(void)body;
-	if (!has_role(u, "admin") && !has_role(u, "tenant-admin")) {
+	if (!user_has_role(u, "admin") && !user_has_role(u, "tenant-admin")) {
 		api_error(id, 403, "forbidden", "the audit trail is for the "
 		    "admin and tenant-admin roles");
 		return;
@@ -353,7 +340,7 @@ r_audit(uint64_t id, const struct store_user *u, const char *rest,
 		return;
 	}
 	if (!(bad = audit_query(&q, &f, why, sizeof(why)) == -1)) {
-		if (!has_role(u, "admin"))
+		if (!user_has_role(u, "admin"))
 			f.af_tenant = u->su_tenant;
 		rows = audit_list(&f, &truncated);
 	}
@@ -379,7 +366,7 @@ r_metrics(uint64_t id, const struct store_user *u, const char *rest,
 
 	(void)rest;
 	(void)body;
-	if (!has_role(u, "admin")) {
+	if (!user_has_role(u, "admin")) {
 		api_error(id, 403, "forbidden", "metrics are for the admin "
 		    "role");
 		return;
@@ -389,12 +376,6 @@ r_metrics(uint64_t id, const struct store_user *u, const char *rest,
 	json_object_object_add(r, "text", json_object_new_string(text));
 	free(text);
 	api_reply(id, 200, r);
-}
-
-int
-user_has_role(const struct store_user *u, const char *role)
-{
-	return has_role(u, role);
 }
 
 static void
@@ -556,7 +537,7 @@ r_admin_servers(uint64_t id, const struct store_user *u, const char *rest,
 
 	(void)rest;
 	(void)body;
-	if (!has_role(u, "admin")) {
+	if (!user_has_role(u, "admin")) {
 		api_error(id, 403, "forbidden", "servers are for the admin "
 		    "role");
 		return;

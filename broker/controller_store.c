@@ -962,6 +962,19 @@ store_authenticate(const char *key, struct store_user *u)
 }
 
 int
+user_has_role(const struct store_user *u, const char *role)
+{
+	char	buf[sizeof(u->su_roles)], *save, *r;
+
+	snprintf(buf, sizeof(buf), "%s", u->su_roles);
+	for (r = strtok_r(buf, ",", &save); r != NULL;
+	    r = strtok_r(NULL, ",", &save))
+		if (strcmp(r, role) == 0)
+			return 1;
+	return 0;
+}
+
+int
 store_user_get(const char *name, struct store_user *u)
 {
 	sqlite3_stmt	*st;

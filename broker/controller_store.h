@@ -66,6 +66,8 @@ struct json_object *store_user_list(void);
 int	store_user_get(const char *name, struct store_user *);
 /* The user this API key belongs to: 0, or -1 for no such key. */
 int	store_authenticate(const char *key, struct store_user *);
+/* The user holds the role ("admin", "tenant-admin", ...). */
+int	user_has_role(const struct store_user *, const char *role);
 
 /*
  * Statements on the one connection, for the other tables' modules; a

@@ -28,30 +28,7 @@
 #include "broker/controller.h"
 #include "broker/controller_audit.h"
 #include "broker/controller_store.h"
-
-/* controller.c's answers to mcpbrokerctl, kept for the test to read. */
-static struct json_object *last_reply;
-static uint64_t last_reply_id;
-static int replies;
-
-void
-admin_reply(uint64_t id, struct json_object *reply)
-{
-	json_object_put(last_reply);
-	last_reply = reply;
-	last_reply_id = id;
-	replies++;
-}
-
-void
-admin_error(uint64_t id, const char *message)
-{
-	struct json_object *r = json_object_new_object();
-
-	json_object_object_add(r, "ok", json_object_new_boolean(0));
-	json_object_object_add(r, "error", json_object_new_string(message));
-	admin_reply(id, r);
-}
+#include "tests/unit/controller_stub.h"
 
 /* SHA-256 of the encoding of test_hash_known_answer's row, in Python. */
 #define AUDIT_KAT \
@@ -101,8 +78,7 @@ teardown(void **state)
 		snprintf(path, sizeof(path), "%s/%s", dir, files[i]);
 		(void)unlink(path);
 	}
-	json_object_put(last_reply);
-	last_reply = NULL;
+	stub_forget_reply();
 	return rmdir(dir);
 }
 
@@ -591,14 +567,13 @@ admin(const char *json)
 	const char		*op;
 
 	op = json_object_get_string(json_object_object_get(o, "op"));
-	json_object_put(last_reply);
-	last_reply = NULL;
+	stub_forget_reply();
 	audit_admin(1, op, o);
 	json_object_put(o);
-	while (last_reply == NULL)	/* a walk of the trail takes passes */
+	while (last_body == NULL)	/* a walk of the trail takes passes */
 		assert_int_equal(event_base_loop(base, EVLOOP_ONCE |
 		    EVLOOP_NONBLOCK), 0);
-	return last_reply;
+	return last_body;
 }
 
 static void
@@ -947,10 +922,9 @@ test_verify_takes_turns(void **state)
 		    NULL, NULL);
 	run_loop();
 	assert_int_equal(row_count(), 25000);
-	json_object_put(last_reply);
-	last_reply = NULL;
+	stub_forget_reply();
 	audit_admin(1, "audit_verify", o);
-	for (passes = 0; last_reply == NULL && passes < 10; passes++) {
+	for (passes = 0; last_body == NULL && passes < 10; passes++) {
 		if (passes > 0)		/* the walk has begun */
 			(void)audit_append_async("auth", "bob", "acme", o,
 			    NULL, NULL);
@@ -958,10 +932,10 @@ test_verify_takes_turns(void **state)
 		assert_int_equal(row_count(), 25000 + passes);
 	}
 	assert_int_equal(passes, 3);
-	assert_true(json_object_get_boolean(json_object_object_get(last_reply,
+	assert_true(json_object_get_boolean(json_object_object_get(last_body,
 	    "intact")));
 	assert_int_equal(json_object_get_int(json_object_object_get(
-	    last_reply, "rows")), 25000);
+	    last_body, "rows")), 25000);
 	json_object_put(o);
 	r = admin("{\"op\":\"audit_verify\"}");
 	assert_true(json_object_get_boolean(json_object_object_get(r,
@@ -985,17 +959,17 @@ test_walks_wait_their_turn(void **state)
 		audit_admin(id, "audit_verify", o);
 	json_object_put(o);
 	assert_int_equal(replies, 1);
-	assert_int_equal(last_reply_id, 5);
-	error = json_object_get_string(json_object_object_get(last_reply,
+	assert_int_equal(last_id, 5);
+	error = json_object_get_string(json_object_object_get(last_body,
 	    "error"));
 	assert_non_null(error);
 	assert_non_null(strstr(error, "try again when one ends"));
 	for (id = 1; id <= 4; id++) {
 		run_loop();
 		assert_int_equal(replies, (int)id + 1);
-		assert_int_equal(last_reply_id, id);
+		assert_int_equal(last_id, id);
 		assert_true(json_object_get_boolean(json_object_object_get(
-		    last_reply, "intact")));
+		    last_body, "intact")));
 	}
 }
 

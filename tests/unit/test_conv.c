@@ -27,66 +27,11 @@
 #include "broker/controller_store.h"
 #include "broker/controller_usage.h"
 #include "broker/providers/provider.h"
+#include "tests/unit/controller_stub.h"
 
-/* ---- what controller.c, controller_api.c and chat.c provide ---- */
+/* ---- what chat.c provides ---- */
 
-static struct mcpbroker_conf	*conf;
-static struct json_object	*last_body;
-static int			 last_status;
 static int			 forgotten;
-
-struct mcpbroker_conf *
-controller_conf(void)
-{
-	return conf;
-}
-
-void
-api_reply(uint64_t id, int status, struct json_object *body)
-{
-	(void)id;
-	json_object_put(last_body);
-	last_body = body;
-	last_status = status;
-}
-
-void
-api_error(uint64_t id, int status, const char *code, const char *fmt, ...)
-{
-	struct json_object *o = json_object_new_object();
-
-	(void)fmt;
-	json_object_object_add(o, "code", json_object_new_string(code));
-	api_reply(id, status, o);
-}
-
-void
-admin_reply(uint64_t id, struct json_object *reply)
-{
-	api_reply(id, 0, reply);
-}
-
-void
-admin_error(uint64_t id, const char *message)
-{
-	struct json_object *o = json_object_new_object();
-
-	json_object_object_add(o, "error", json_object_new_string(message));
-	api_reply(id, -1, o);
-}
-
-int
-user_has_role(const struct store_user *u, const char *role)
-{
-	char	buf[sizeof(u->su_roles)], *save, *r;
-
-	snprintf(buf, sizeof(buf), "%s", u->su_roles);
-	for (r = strtok_r(buf, ",", &save); r != NULL;
-	    r = strtok_r(NULL, ",", &save))
-		if (strcmp(r, role) == 0)
-			return 1;
-	return 0;
-}
 
 void
 chat_forget_conversation(const char *conversation)
@@ -138,10 +83,10 @@ setup(void **state)
 	snprintf(dir, sizeof(dir), "/tmp/test_conv.XXXXXX");
 	if (mkdtemp(dir) == NULL || store_open(dir) == -1)
 		return -1;
-	conf = config_parse_buffer("t.conf", CONF_TEXT, strlen(CONF_TEXT),
+	stub_conf = config_parse_buffer("t.conf", CONF_TEXT, strlen(CONF_TEXT),
 	    stderr);
 	forgotten = 0;
-	return conf != NULL ? 0 : -1;
+	return stub_conf != NULL ? 0 : -1;
 }
 
 static int
@@ -150,10 +95,9 @@ teardown(void **state)
 	(void)state;
 	store_close();
 	remove_db();
-	config_free(conf);
-	conf = NULL;
-	json_object_put(last_body);
-	last_body = NULL;
+	config_free(stub_conf);
+	stub_conf = NULL;
+	stub_forget_reply();
 	return rmdir(dir);
 }
 
@@ -535,7 +479,7 @@ test_erase(void **state)
 	uc.uc_input = 10;
 	uc.uc_output = 5;
 	uc.uc_when = time(NULL);
-	assert_int_equal(usage_record(conf, &w, &uc, NULL, NULL), 0);
+	assert_int_equal(usage_record(stub_conf, &w, &uc, NULL, NULL), 0);
 	assert_int_equal(conv_erase(id), 0);
 	snprintf(q, sizeof(q), "SELECT COUNT(*) FROM messages WHERE "
 	    "conversation = '%s'", id);
@@ -586,7 +530,7 @@ test_retention(void **state)
 	snprintf(q, sizeof(q), "UPDATE conversations SET updated = updated - "
 	    "%lld WHERE id = '%s'", 3600000LL, new_short);
 	sql(q);
-	assert_int_equal(conv_purge(conf, now, &n), 0);
+	assert_int_equal(conv_purge(stub_conf, now, &n), 0);
 	assert_int_equal(n, 2);
 	assert_int_equal(forgotten, 2);
 	assert_int_equal(count("SELECT COUNT(*) FROM conversations"), 3);
@@ -595,13 +539,13 @@ test_retention(void **state)
 	    "IN ('%s', '%s', '%s')", new_default, old_keep, new_short);
 	assert_int_equal(count(q), 3);
 	/* A day later the short tenant's other one is due too. */
-	assert_int_equal(conv_purge(conf, now + 86400, &n), 0);
+	assert_int_equal(conv_purge(stub_conf, now + 86400, &n), 0);
 	assert_int_equal(n, 1);
 	/* No retention anywhere: nothing is ever due. */
-	conf->c_retention_ms = 0;
-	TAILQ_FIRST(&conf->c_retentions)->rt_ms = 0;
-	TAILQ_NEXT(TAILQ_FIRST(&conf->c_retentions), rt_entry)->rt_ms = 0;
-	assert_int_equal(conv_purge(conf, now + 86400 * 1000, &n), 0);
+	stub_conf->c_retention_ms = 0;
+	TAILQ_FIRST(&stub_conf->c_retentions)->rt_ms = 0;
+	TAILQ_NEXT(TAILQ_FIRST(&stub_conf->c_retentions), rt_entry)->rt_ms = 0;
+	assert_int_equal(conv_purge(stub_conf, now + 86400 * 1000, &n), 0);
 	assert_int_equal(n, 0);
 }
 

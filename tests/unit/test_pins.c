@@ -26,20 +26,12 @@
 #include "broker/controller_audit.h"
 #include "broker/controller_pins.h"
 #include "broker/controller_store.h"
+#include "tests/unit/controller_stub.h"
 
-/* ---- what controller.c and controller_api.c provide ---- */
+/* ---- what else controller.c provides ---- */
 
-static struct mcpbroker_conf	*conf;
-static struct json_object	*last_body;
-static int			 last_status;
 static int			 pins_changed;
 static const char		*withheld_tool;	/* controller_tool_usable */
-
-struct mcpbroker_conf *
-controller_conf(void)
-{
-	return conf;
-}
 
 int
 controller_tool_usable(const char *server, const char *tool)
@@ -53,54 +45,6 @@ controller_pins_changed(const char *server)
 {
 	(void)server;
 	pins_changed++;
-}
-
-void
-api_reply(uint64_t id, int status, struct json_object *body)
-{
-	(void)id;
-	json_object_put(last_body);
-	last_body = body;
-	last_status = status;
-}
-
-void
-api_error(uint64_t id, int status, const char *code, const char *fmt, ...)
-{
-	struct json_object *o = json_object_new_object();
-
-	(void)fmt;
-	json_object_object_add(o, "code", json_object_new_string(code));
-	api_reply(id, status, o);
-}
-
-void
-admin_reply(uint64_t id, struct json_object *reply)
-{
-	api_reply(id, 0, reply);
-}
-
-void
-admin_error(uint64_t id, const char *message)
-{
-	struct json_object *o = json_object_new_object();
-
-	json_object_object_add(o, "ok", json_object_new_boolean(0));
-	json_object_object_add(o, "error", json_object_new_string(message));
-	api_reply(id, -1, o);
-}
-
-int
-user_has_role(const struct store_user *u, const char *role)
-{
-	char	buf[sizeof(u->su_roles)], *save, *r;
-
-	snprintf(buf, sizeof(buf), "%s", u->su_roles);
-	for (r = strtok_r(buf, ",", &save); r != NULL;
-	    r = strtok_r(NULL, ",", &save))
-		if (strcmp(r, role) == 0)
-			return 1;
-	return 0;
 }
 
 /* ---- fixtures ---- */
@@ -120,11 +64,11 @@ setup(void **state)
 	if (mkdtemp(dir) == NULL || store_open(dir) == -1)
 		return -1;
 	audit_init(base);
-	conf = config_parse_buffer("t.conf", CONF_TEXT, strlen(CONF_TEXT),
+	stub_conf = config_parse_buffer("t.conf", CONF_TEXT, strlen(CONF_TEXT),
 	    stderr);
 	pins_changed = 0;
 	withheld_tool = NULL;
-	return conf == NULL ? -1 : 0;
+	return stub_conf == NULL ? -1 : 0;
 }
 
 static int
@@ -141,10 +85,9 @@ teardown(void **state)
 		snprintf(path, sizeof(path), "%s/%s", dir, files[i]);
 		(void)unlink(path);
 	}
-	json_object_put(last_body);
-	last_body = NULL;
-	config_free(conf);
-	conf = NULL;
+	stub_forget_reply();
+	config_free(stub_conf);
+	stub_conf = NULL;
 	return rmdir(dir);
 }
 

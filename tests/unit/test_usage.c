@@ -24,64 +24,7 @@
 #include "broker/controller_audit.h"
 #include "broker/controller_store.h"
 #include "broker/controller_usage.h"
-
-/* ---- what controller.c and controller_api.c provide ---- */
-
-static struct mcpbroker_conf	*conf;
-static struct json_object	*last_body;
-static int			 last_status;
-
-struct mcpbroker_conf *
-controller_conf(void)
-{
-	return conf;
-}
-
-void
-api_reply(uint64_t id, int status, struct json_object *body)
-{
-	(void)id;
-	json_object_put(last_body);
-	last_body = body;
-	last_status = status;
-}
-
-void
-api_error(uint64_t id, int status, const char *code, const char *fmt, ...)
-{
-	struct json_object *o = json_object_new_object();
-
-	(void)fmt;
-	json_object_object_add(o, "code", json_object_new_string(code));
-	api_reply(id, status, o);
-}
-
-void
-admin_reply(uint64_t id, struct json_object *reply)
-{
-	(void)id;
-	json_object_put(reply);
-}
-
-void
-admin_error(uint64_t id, const char *message)
-{
-	(void)id;
-	(void)message;
-}
-
-int
-user_has_role(const struct store_user *u, const char *role)
-{
-	char	buf[sizeof(u->su_roles)], *save, *r;
-
-	snprintf(buf, sizeof(buf), "%s", u->su_roles);
-	for (r = strtok_r(buf, ",", &save); r != NULL;
-	    r = strtok_r(NULL, ",", &save))
-		if (strcmp(r, role) == 0)
-			return 1;
-	return 0;
-}
+#include "tests/unit/controller_stub.h"
 
 /* ---- fixtures ---- */
 
@@ -101,9 +44,9 @@ setup(void **state)
 	snprintf(dir, sizeof(dir), "/tmp/test_usage.XXXXXX");
 	if (mkdtemp(dir) == NULL || store_open(dir) == -1)
 		return -1;
-	conf = config_parse_buffer("t.conf", CONF_TEXT, strlen(CONF_TEXT),
+	stub_conf = config_parse_buffer("t.conf", CONF_TEXT, strlen(CONF_TEXT),
 	    stderr);
-	return conf != NULL ? 0 : -1;
+	return stub_conf != NULL ? 0 : -1;
 }
 
 static int
@@ -120,10 +63,9 @@ teardown(void **state)
 		snprintf(path, sizeof(path), "%s/%s", dir, files[i]);
 		(void)unlink(path);
 	}
-	config_free(conf);
-	conf = NULL;
-	json_object_put(last_body);
-	last_body = NULL;
+	config_free(stub_conf);
+	stub_conf = NULL;
+	stub_forget_reply();
 	return rmdir(dir);
 }
 
@@ -196,10 +138,10 @@ record(const struct usage_who *w, time_t when, uint64_t in, uint64_t out)
 	uc.uc_input = in;
 	uc.uc_output = out;
 	uc.uc_tool_calls = 1;
-	uc.uc_cost_nusd = usage_cost_nusd(TAILQ_FIRST(&conf->c_providers),
+	uc.uc_cost_nusd = usage_cost_nusd(TAILQ_FIRST(&stub_conf->c_providers),
 	    in, out);
 	uc.uc_when = when;
-	assert_int_equal(usage_record(conf, w, &uc, on_crossed, NULL), 0);
+	assert_int_equal(usage_record(stub_conf, w, &uc, on_crossed, NULL), 0);
 }
 
 /* The budget of that metric that stops w at now, or NULL. */
@@ -208,7 +150,7 @@ stopped_by(const struct usage_who *w, time_t now)
 {
 	struct budget_status bs;
 
-	if (budget_check(conf, w, now, &bs) == 0)
+	if (budget_check(stub_conf, w, now, &bs) == 0)
 		return NULL;
 	return bs.bs_budget;
 }
@@ -331,7 +273,7 @@ test_rollover(void **state)
 	assert_null(stopped_by(&alice, now));
 	record(&alice, now + 60, 40, 20);		/* 100 today */
 	assert_ptr_equal(stopped_by(&alice, now + 120),
-	    TAILQ_FIRST(&conf->c_budgets));
+	    TAILQ_FIRST(&stub_conf->c_budgets));
 	/* The next day she may again, as far as tokens go. */
 	assert_null(stopped_by(&alice, utc(2026, 3, 2, 0, 0, 0)));
 }
@@ -360,10 +302,10 @@ test_unreadable_usage_fails_closed(void **state)
 	struct budget_status	bs;
 
 	(void)state;
-	assert_int_equal(budget_check(conf, &alice, now, &bs), 0);
+	assert_int_equal(budget_check(stub_conf, &alice, now, &bs), 0);
 	assert_int_equal(sqlite3_exec(store_db(), "ALTER TABLE usage_daily "
 	    "RENAME TO usage_daily_gone", NULL, NULL, NULL), SQLITE_OK);
-	assert_int_equal(budget_check(conf, &alice, now, &bs), BUDGET_UNKNOWN);
+	assert_int_equal(budget_check(stub_conf, &alice, now, &bs), BUDGET_UNKNOWN);
 	assert_int_equal(sqlite3_exec(store_db(), "ALTER TABLE "
 	    "usage_daily_gone RENAME TO usage_daily", NULL, NULL, NULL),
 	    SQLITE_OK);
