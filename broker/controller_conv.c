@@ -35,6 +35,8 @@
 #define CANCELLED_RESULT	"the call was cancelled"
 
 static struct event	*retention_timer;
+static struct event	*retention_more;	/* the rest of a backlog */
+#define PURGE_BATCH	1000
 
 /* ---- helpers ---- */
 
@@ -642,9 +644,10 @@ struct idvec {
 	size_t	  iv_n;
 };
 
-/* Conversations whose tenant's retention is over. */
+/* Conversations whose tenant's retention is over: max, and *more. */
 static int
-purge_due(const struct mcpbroker_conf *conf, int64_t now, struct idvec *v)
+purge_due(const struct mcpbroker_conf *conf, int64_t now, size_t max,
+    struct idvec *v, int *more)
 {
 	sqlite3_stmt	*st;
 	uint64_t	 min = retention_min(conf), keep;
@@ -663,6 +666,10 @@ purge_due(const struct mcpbroker_conf *conf, int64_t now, struct idvec *v)
 		if (keep == 0 || sqlite3_column_int64(st, 2) >= now -
 		    (int64_t)keep)
 			continue;
+		if (v->iv_n == max) {
+			*more = 1;
+			break;
+		}
 		v->iv_id = reallocarray(v->iv_id, v->iv_n + 1,
 		    sizeof(*v->iv_id));
 		if (v->iv_id == NULL)
@@ -670,18 +677,20 @@ purge_due(const struct mcpbroker_conf *conf, int64_t now, struct idvec *v)
 		column_copy(st, 0, v->iv_id[v->iv_n++], CONV_ID_LEN + 1);
 	}
 	sqlite3_finalize(st);
-	return rc == SQLITE_DONE ? 0 : -1;
+	return rc == SQLITE_DONE || *more ? 0 : -1;
 }
 
 int
-conv_purge(const struct mcpbroker_conf *conf, time_t now, int64_t *n)
+conv_purge(const struct mcpbroker_conf *conf, time_t now, size_t max,
+    int64_t *n, int *more)
 {
 	struct idvec	v = { NULL, 0 };
 	size_t		i;
 	int		ok;
 
 	*n = 0;
-	if (purge_due(conf, (int64_t)now * 1000, &v) == -1) {
+	*more = 0;
+	if (purge_due(conf, (int64_t)now * 1000, max, &v, more) == -1) {
 		free(v.iv_id);
 		return -1;
 	}
@@ -705,18 +714,29 @@ conv_purge(const struct mcpbroker_conf *conf, time_t now, int64_t *n)
 	return 0;
 }
 
+/*
+ * PURGE_BATCH conversations a pass of the loop, each batch its own
+ * transaction and audit row: a backlog (retention set on a large
+ * database) is erased in turns with everything else, not in one
+ * transaction that holds every chat up.
+ */
 void
 conv_retention_run(void)
 {
 	struct json_object	*d;
+	struct timeval		 now = { 0, 0 };
 	int64_t			 n;
+	int			 more;
 
 	usage_prune_alerts(time(NULL));
-	if (conv_purge(controller_conf(), time(NULL), &n) == -1) {
+	if (conv_purge(controller_conf(), time(NULL), PURGE_BATCH, &n,
+	    &more) == -1) {
 		log_warnx("retention: the purge failed; trying again "
 		    "tomorrow");
 		return;
 	}
+	if (more)
+		evtimer_add(retention_more, &now);
 	if (n == 0)
 		return;
 	log_info("retention: %lld conversation(s) erased", (long long)n);
@@ -743,8 +763,9 @@ conv_retention_start(struct event_base *base)
 {
 	struct timeval	tv = { RETENTION_EVERY_SEC, 0 };
 
-	if (retention_timer == NULL && (retention_timer = event_new(base, -1,
-	    EV_PERSIST, retention_tick, NULL)) == NULL)
+	if (retention_timer == NULL && ((retention_timer = event_new(base, -1,
+	    EV_PERSIST, retention_tick, NULL)) == NULL ||
+	    (retention_more = evtimer_new(base, retention_tick, NULL)) == NULL))
 		fatalx("event_new");
 	evtimer_add(retention_timer, &tv);
 	conv_retention_run();

@@ -78,9 +78,11 @@ int	conv_erase_tenant(const char *tenant, int64_t *n);
 
 /*
  * Retention: erase conversations whose last message is older than their
- * tenant's retention, now and every day from then on.  *n: how many.
+ * tenant's retention, now and every day from then on.  conv_purge erases
+ * at most max of them: *n says how many, *more whether others are due.
  */
-int	conv_purge(const struct mcpbroker_conf *, time_t now, int64_t *n);
+int	conv_purge(const struct mcpbroker_conf *, time_t now, size_t max,
+	    int64_t *n, int *more);
 void	conv_retention_start(struct event_base *);
 void	conv_retention_run(void);
 

@@ -436,6 +436,30 @@ class RetentionTest(unittest.TestCase):
                    r"retention: 1 conversation\(s\) erased")
         self.assertEqual(kim.conversations()["conversations"], [])
 
+    def test_a_backlog_is_erased_in_batches(self):
+        """2,500 conversations past their retention when the daemon
+        starts: erased 1,000 to a transaction, a pass of the loop each,
+        with a log line and an audit row per batch."""
+        os.environ["FAKE_LLM_KEY"] = KEY
+        b = Broker('auth { api-keys }\nprovider "llm" { %s }\n'
+                   'retention 1d\n' % (PROVIDERS["openai"] % 1))
+        self.addCleanup(b.stop)
+        b.start()
+        sqlite(b, "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 "
+               "FROM n WHERE i < 2500) INSERT INTO conversations (id, user, "
+               "tenant, provider, model, created, updated) SELECT "
+               "printf('%032x', i), 'ann', 'acme', 'llm', 'm', 0, 0 FROM n")
+        restart(b)
+        b.wait_log(r"retention: 1000 conversation\(s\) erased(.|\n)*"
+                   r"retention: 1000 conversation\(s\) erased(.|\n)*"
+                   r"retention: 500 conversation\(s\) erased")
+        self.assertEqual(sqlite(b, "SELECT COUNT(*) FROM conversations"),
+                         "0")
+        rows = sqlite(b, "SELECT json_extract(detail, '$.conversations') "
+                      "FROM audit WHERE kind = 'system' AND json_extract("
+                      "detail, '$.event') = 'retention_purge' ORDER BY id")
+        self.assertEqual(rows.split(), ["1000", "1000", "500"])
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -509,6 +509,7 @@ test_retention(void **state)
 	char	new_short[CONV_ID_LEN + 1], q[256];
 	time_t	now = time(NULL);
 	int64_t	n;
+	int	more;
 
 	(void)state;
 	make_conv("a", "acme", old_default);
@@ -530,22 +531,33 @@ test_retention(void **state)
 	snprintf(q, sizeof(q), "UPDATE conversations SET updated = updated - "
 	    "%lld WHERE id = '%s'", 3600000LL, new_short);
 	sql(q);
-	assert_int_equal(conv_purge(stub_conf, now, &n), 0);
-	assert_int_equal(n, 2);
+	/* At most one at a time, and the other is said to be due. */
+	assert_int_equal(conv_purge(stub_conf, now, 1, &n, &more), 0);
+	assert_int_equal(n, 1);
+	assert_int_equal(more, 1);
+	assert_int_equal(count("SELECT COUNT(*) FROM conversations"), 4);
+	assert_int_equal(conv_purge(stub_conf, now, 1, &n, &more), 0);
+	assert_int_equal(n, 1);
 	assert_int_equal(forgotten, 2);
+	assert_int_equal(conv_purge(stub_conf, now, 1, &n, &more), 0);
+	assert_int_equal(n, 0);
+	assert_int_equal(more, 0);
 	assert_int_equal(count("SELECT COUNT(*) FROM conversations"), 3);
 	assert_int_equal(count("SELECT COUNT(*) FROM messages"), 0);
 	snprintf(q, sizeof(q), "SELECT COUNT(*) FROM conversations WHERE id "
 	    "IN ('%s', '%s', '%s')", new_default, old_keep, new_short);
 	assert_int_equal(count(q), 3);
 	/* A day later the short tenant's other one is due too. */
-	assert_int_equal(conv_purge(stub_conf, now + 86400, &n), 0);
+	assert_int_equal(conv_purge(stub_conf, now + 86400, 10, &n, &more),
+	    0);
 	assert_int_equal(n, 1);
+	assert_int_equal(more, 0);
 	/* No retention anywhere: nothing is ever due. */
 	stub_conf->c_retention_ms = 0;
 	TAILQ_FIRST(&stub_conf->c_retentions)->rt_ms = 0;
 	TAILQ_NEXT(TAILQ_FIRST(&stub_conf->c_retentions), rt_entry)->rt_ms = 0;
-	assert_int_equal(conv_purge(stub_conf, now + 86400 * 1000, &n), 0);
+	assert_int_equal(conv_purge(stub_conf, now + 86400 * 1000, 10, &n,
+	    &more), 0);
 	assert_int_equal(n, 0);
 }
 
