@@ -202,8 +202,8 @@ class AuditTest(unittest.TestCase):
     def test_verify_leaves_the_broker_serving(self):
         """`audit verify` reads a long trail in steps that take turns with
         everything else: while it reads 300,000 rows, requests are
-        answered and users added, their rows after the ones it reads; the
-        next verify has them too."""
+        answered and users added; it reads the rows there when it began,
+        and the next verify has the users' rows too."""
         r = self.b.ctl("user", "add", "-r", "analyst", "a")
         key = r.stdout.strip().splitlines()[-1]
         self.append_rows(300000, detail_size=40)
@@ -224,9 +224,13 @@ class AuditTest(unittest.TestCase):
                 added += 1
         out, err = verify.communicate()
         self.assertEqual(verify.returncode, 0, out + err)
-        # the rows there when it began: the first user's, then 300,000
-        self.assertRegex(out, r"^audit trail OK: 300001 rows, head ")
-        self.assertGreaterEqual(answered, 10, "requests answered while "
+        # the rows there when it began: the first user's, the 300,000,
+        # and those of the users added before the walk began, if any
+        m = re.match(r"^audit trail OK: (\d+) rows, head ", out)
+        self.assertIsNotNone(m, out)
+        self.assertTrue(300001 <= int(m.group(1)) <= 300001 + added, out)
+        # with the walk in one go, none (the loop waits for it)
+        self.assertGreaterEqual(answered, 5, "requests answered while "
                                 "the trail was being read")
         self.assertGreaterEqual(added, 1)
         r = self.verify()
