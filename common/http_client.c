@@ -132,9 +132,24 @@ struct http_request {
 };
 TAILQ_HEAD(http_request_list, http_request);
 
+/*
+ * The last TLS session a host gave us (its ticket), offered when we next
+ * connect to the same scheme, host and port: an abbreviated handshake
+ * instead of a full one with the certificate chain and its verification.
+ * Kept per client (each has its own CA certificates), for TLS_KEPT hosts.
+ */
+#define TLS_KEPT	16
+
+struct tls_kept {
+	char			 tk_key[HTTP_NAME_MAX + 10];
+	SSL_SESSION		*tk_session;
+};
+
 struct http_client {
 	struct event_base	*hc_base;
 	SSL_CTX			*hc_ssl;	/* NULL: no CA bundle */
+	struct tls_kept		 hc_kept[TLS_KEPT];
+	size_t			 hc_kept_next;	/* the slot to reuse next */
 	char			 hc_ssl_err[HTTP_WHY_MAX];
 	http_connect_fn		 hc_connect;	/* NULL: direct */
 	void			*hc_connect_arg;
@@ -479,6 +494,58 @@ http_url_matches(const char *url, const char *host, uint16_t port)
 /*
  * The client.
  */
+static int	conn_index = -1;	/* the SSL's http_conn, for tls_keep */
+
+static struct tls_kept *
+tls_kept_find(struct http_client *hc, const char *key)
+{
+	size_t i;
+
+	for (i = 0; i < TLS_KEPT; i++)
+		if (hc->hc_kept[i].tk_session != NULL &&
+		    strcmp(hc->hc_kept[i].tk_key, key) == 0)
+			return &hc->hc_kept[i];
+	return NULL;
+}
+
+/*
+ * OpenSSL's new-session callback.  A copy is kept: OpenSSL marks the
+ * connection's own session unusable when the connection ends without
+ * close_notify, as many HTTP servers end theirs.  A TLS error, during a
+ * handshake or after it, forgets the host's (tls_forget).
+ */
+static int
+tls_keep(SSL *ssl, SSL_SESSION *session)
+{
+	struct http_conn	*cn = SSL_get_ex_data(ssl, conn_index);
+	struct http_client	*hc;
+	struct tls_kept		*tk;
+	SSL_SESSION		*copy;
+
+	if (cn == NULL || (hc = cn->cn_client) == NULL ||
+	    !SSL_SESSION_is_resumable(session) ||
+	    (copy = SSL_SESSION_dup(session)) == NULL)
+		return 0;
+	if ((tk = tls_kept_find(hc, cn->cn_key)) == NULL) {
+		tk = &hc->hc_kept[hc->hc_kept_next++ % TLS_KEPT];
+		snprintf(tk->tk_key, sizeof(tk->tk_key), "%s", cn->cn_key);
+	}
+	SSL_SESSION_free(tk->tk_session);
+	tk->tk_session = copy;
+	return 0;
+}
+
+static void
+tls_forget(struct http_conn *cn)
+{
+	struct tls_kept *tk;
+
+	if ((tk = tls_kept_find(cn->cn_client, cn->cn_key)) != NULL) {
+		SSL_SESSION_free(tk->tk_session);
+		tk->tk_session = NULL;
+	}
+}
+
 static SSL_CTX *
 tls_ctx_new(const char *ca_file, char *err, size_t errlen)
 {
@@ -495,6 +562,12 @@ tls_ctx_new(const char *ca_file, char *err, size_t errlen)
 	SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
 	SSL_CTX_set_options(ctx, SSL_OP_NO_COMPRESSION |
 	    SSL_OP_NO_RENEGOTIATION);
+	if (conn_index == -1 && (conn_index = SSL_get_ex_new_index(0, NULL,
+	    NULL, NULL, NULL)) == -1)
+		goto ssl_fail;
+	SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_CLIENT |
+	    SSL_SESS_CACHE_NO_INTERNAL_STORE);
+	SSL_CTX_sess_set_new_cb(ctx, tls_keep);
 	/*
 	 * One file, read whole now.  A hashed directory (the other default)
 	 * is read lazily during verification, after the sandbox is up.
@@ -566,13 +639,19 @@ conn_free(struct http_conn *cn)
 }
 
 static SSL *
-tls_new(struct http_client *hc, const struct http_url *u)
+tls_new(struct http_client *hc, const struct http_url *u,
+    struct http_conn *cn)
 {
 	X509_VERIFY_PARAM	*param;
+	struct tls_kept		*tk;
 	SSL			*ssl;
 
 	if ((ssl = SSL_new(hc->hc_ssl)) == NULL)
 		return NULL;
+	if (SSL_set_ex_data(ssl, conn_index, cn) != 1 ||
+	    ((tk = tls_kept_find(hc, u->u_key)) != NULL &&
+	    SSL_set_session(ssl, tk->tk_session) != 1))
+		goto fail;
 	param = SSL_get0_param(ssl);
 	X509_VERIFY_PARAM_set_hostflags(param,
 	    X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
@@ -600,8 +679,11 @@ conn_new(struct http_client *hc, const struct http_url *u, int fd)
 
 	/* Fails harmlessly on a connector's AF_UNIX socketpair. */
 	(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	if ((cn = calloc(1, sizeof(*cn))) == NULL ||
-	    (u->u_tls && (ssl = tls_new(hc, u)) == NULL))
+	if ((cn = calloc(1, sizeof(*cn))) == NULL)
+		goto fail;
+	cn->cn_client = hc;
+	snprintf(cn->cn_key, sizeof(cn->cn_key), "%s", u->u_key);
+	if (u->u_tls && (ssl = tls_new(hc, u, cn)) == NULL)
 		goto fail;
 	if (u->u_tls)
 		cn->cn_bev = bufferevent_openssl_socket_new(hc->hc_base, fd,
@@ -613,10 +695,8 @@ conn_new(struct http_client *hc, const struct http_url *u, int fd)
 		goto fail;
 	if (u->u_tls)	/* we check close_notify ourselves: rq_eof() */
 		bufferevent_openssl_set_allow_dirty_shutdown(cn->cn_bev, 1);
-	cn->cn_client = hc;
 	cn->cn_tls = u->u_tls;
 	cn->cn_ready = !u->u_tls;
-	snprintf(cn->cn_key, sizeof(cn->cn_key), "%s", u->u_key);
 	return cn;
  fail:
 	SSL_free(ssl);
@@ -1333,6 +1413,7 @@ rq_tls_failed(struct http_request *rq, short what, int saved_errno)
 	long			 vr = SSL_get_verify_result(ssl);
 	char			 ebuf[128];
 
+	tls_forget(cn);
 	if (vr != X509_V_OK)
 		rq_fail(rq, HTTP_ERR_TLS, "certificate verify failed: %s "
 		    "(host %s)", X509_verify_cert_error_string(vr),
@@ -1422,11 +1503,12 @@ rq_conn_event(struct http_request *rq, short what, int saved_errno)
 	if (what & BEV_EVENT_EOF ||
 	    (e != 0 && ERR_GET_REASON(e) == SSL_R_UNEXPECTED_EOF_WHILE_READING))
 		rq_eof(rq);
-	else if (e != 0)
+	else if (e != 0) {
+		tls_forget(cn);
 		rq_fail(rq, HTTP_ERR_TLS, "TLS error from %s: %s",
 		    rq->rq_url.u_name, ERR_reason_error_string(e) != NULL ?
 		    ERR_reason_error_string(e) : "unknown");
-	else
+	} else
 		rq_fail(rq, HTTP_ERR_CLOSED, "connection to %s failed: %s",
 		    rq->rq_url.u_name, saved_errno ? strerror(saved_errno) :
 		    "unknown error");
@@ -1609,6 +1691,7 @@ http_client_free(struct http_client *hc)
 {
 	struct http_request	*rq;
 	struct http_conn	*cn;
+	size_t			 i;
 
 	if (hc == NULL)
 		return;
@@ -1618,6 +1701,8 @@ http_client_free(struct http_client *hc)
 	}
 	while ((cn = TAILQ_FIRST(&hc->hc_idle)) != NULL)
 		conn_free(cn);
+	for (i = 0; i < TLS_KEPT; i++)
+		SSL_SESSION_free(hc->hc_kept[i].tk_session);
 	SSL_CTX_free(hc->hc_ssl);
 	free(hc);
 }

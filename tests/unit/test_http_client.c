@@ -39,7 +39,8 @@ struct tresp {
 	size_t		 tr_len;	/* 0: strlen */
 	size_t		 tr_split;	/* > 0: the rest 2 ms later */
 	int		 tr_close;	/* close once sent */
-	int		 tr_hold;	/* send nothing, stay open */
+	int		 tr_hold;	/* send nothing, stay open; or: */
+#define TR_RAW	2			/* send past TLS, onto the socket */
 };
 
 struct tsrv;
@@ -50,6 +51,7 @@ struct tconn {
 	struct event		*tc_timer;
 	const struct tresp	*tc_resp;	/* second part pending */
 	int			 tc_id;
+	int			 tc_asked;	/* a request came */
 	int			 tc_closing;
 	int			 tc_gone;
 };
@@ -64,6 +66,7 @@ struct tsrv {
 	size_t			 ts_next;
 	struct tconn		*ts_conns[TSRV_MAXCONN];
 	int			 ts_naccepted;
+	int			 ts_nresumed;	/* TLS sessions resumed */
 	int			 ts_nclosed;
 	int			 ts_nreq;
 	int			 ts_req_conn[TSRV_MAXREQ];
@@ -144,9 +147,14 @@ tconn_respond(struct tconn *tc)
 	if (ts->ts_next >= ts->ts_nscript)
 		return;
 	r = &ts->ts_script[ts->ts_next++];
-	if (r->tr_hold)
+	if (r->tr_hold == 1)
 		return;
 	len = r->tr_len ? r->tr_len : strlen(r->tr_data);
+	if (r->tr_hold == TR_RAW) {
+		assert_int_equal(write(bufferevent_getfd(tc->tc_bev),
+		    r->tr_data, len), (ssize_t)len);
+		return;
+	}
 	bufferevent_write(tc->tc_bev, r->tr_data, r->tr_split ? r->tr_split :
 	    len);
 	if (r->tr_split) {
@@ -185,6 +193,9 @@ tconn_read_cb(struct bufferevent *bev, void *arg)
 			ts->ts_req[ts->ts_nreq][n] = '\0';
 		}
 		ts->ts_req_conn[ts->ts_nreq++] = tc->tc_id;
+		if (!tc->tc_asked++ && ts->ts_ssl != NULL &&
+		    SSL_session_reused(bufferevent_openssl_get_ssl(bev)))
+			ts->ts_nresumed++;
 		evbuffer_drain(in, hlen + blen);
 		tconn_respond(tc);
 	}
@@ -1160,6 +1171,63 @@ test_tls(void **state)
 	    .co_ca_file = "/nonexistent/ca.pem" }));
 }
 
+/*
+ * A server that closes after each answer: the next connection to the
+ * same host resumes the session it gave, one to another name for the
+ * same server does not; after a TLS error from the host, its session is
+ * not offered again.
+ */
+static void
+test_tls_resumption(void **state)
+{
+	static const struct tresp s[] = {
+		{ "HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\na", 0, 0, 1, 0 },
+		{ "HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nb", 0, 0, 1, 0 },
+		{ "HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nc", 0, 0, 1, 0 },
+		{ "HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nd", 0, 0, 1, 0 },
+		{ "not a TLS record\r\n", 0, 0, 0, TR_RAW },
+		{ "HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nf", 0, 0, 1, 0 },
+	};
+	static const char *const hosts[] = { "localhost", "localhost",
+	    "127.0.0.1", "localhost", "localhost", "localhost" };
+	static const int resumed[] = { 0, 1, 1, 2, 3, 3 };
+	struct tctx			*c = *state;
+	struct http_client_opts		 co;
+	struct http_request_opts	 o;
+	struct tres			 r;
+	char				 url[128], body[2];
+	size_t				 i;
+
+	tsrv_free(&c->c_srv);
+	tsrv_init(&c->c_srv, c->c_base, 1);
+	SCRIPT(&c->c_srv, s);
+	memset(&co, 0, sizeof(co));
+	co.co_ca_file = tls_cert;
+	co.co_connect = loopback_connect;
+	co.co_connect_arg = c;
+	http_client_free(c->c_hc);
+	c->c_hc = http_client_new(c->c_base, &co);
+	assert_non_null(c->c_hc);
+	for (i = 0; i < 6; i++) {
+		memset(&o, 0, sizeof(o));
+		o.ro_method = "GET";
+		snprintf(url, sizeof(url), "https://%s:%u/", hosts[i],
+		    c->c_srv.ts_port);
+		o.ro_url = url;
+		memset(&r, 0, sizeof(r));
+		start(c, &o, &r);
+		run_until(c, &r.r_ndone, 1);
+		snprintf(body, sizeof(body), "%c", 'a' + (int)i);
+		if (i == 4)
+			assert_int_equal(r.r_err, HTTP_ERR_TLS);
+		else
+			expect_ok(&r, 200, body);
+		run_until(c, &c->c_srv.ts_nclosed, (int)i + 1);
+		assert_int_equal(c->c_srv.ts_naccepted, (int)i + 1);
+		assert_int_equal(c->c_srv.ts_nresumed, resumed[i]);
+	}
+}
+
 int
 main(void)
 {
@@ -1198,6 +1266,8 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_bad_options, setup,
 		    teardown),
 		cmocka_unit_test_setup_teardown(test_tls, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_tls_resumption, setup,
+		    teardown),
 	};
 
 	signal(SIGPIPE, SIG_IGN);
