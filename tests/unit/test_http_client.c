@@ -1118,6 +1118,42 @@ loopback_connect(const char *host, uint16_t port, http_connected_fn done,
 	http_connect_direct("127.0.0.1", port, done, done_arg, &c->c_direct);
 }
 
+/* A fresh TLS server answering with script s, and a client for it. */
+static void
+tls_setup(struct tctx *c, const char *ca_file, const struct tresp *s,
+    size_t n)
+{
+	struct http_client_opts co;
+
+	tsrv_free(&c->c_srv);
+	tsrv_init(&c->c_srv, c->c_base, 1);
+	c->c_srv.ts_script = s;
+	c->c_srv.ts_nscript = n;
+	memset(&co, 0, sizeof(co));
+	co.co_ca_file = ca_file;
+	co.co_connect = loopback_connect;
+	co.co_connect_arg = c;
+	http_client_free(c->c_hc);
+	c->c_hc = http_client_new(c->c_base, &co);
+	assert_non_null(c->c_hc);
+}
+
+/* GET / from the TLS server, by the name host. */
+static void
+tls_get(struct tctx *c, const char *host, struct tres *r)
+{
+	struct http_request_opts	 o;
+	char				 url[128];
+
+	memset(&o, 0, sizeof(o));
+	o.ro_method = "GET";
+	snprintf(url, sizeof(url), "https://%s:%u/", host, c->c_srv.ts_port);
+	o.ro_url = url;
+	memset(r, 0, sizeof(*r));
+	start(c, &o, r);
+	run_until(c, &r->r_ndone, 1);
+}
+
 static void
 tls_request(struct tctx *c, const char *ca_file, const char *host,
     struct tres *r)
@@ -1126,27 +1162,9 @@ tls_request(struct tctx *c, const char *ca_file, const char *host,
 		{ "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecret", 0, 0,
 		  0, 0 },
 	};
-	struct http_client_opts		 co;
-	struct http_request_opts	 o;
-	char				 url[128];
 
-	tsrv_free(&c->c_srv);
-	tsrv_init(&c->c_srv, c->c_base, 1);
-	SCRIPT(&c->c_srv, s);
-	memset(&co, 0, sizeof(co));
-	co.co_ca_file = ca_file;
-	co.co_connect = loopback_connect;
-	co.co_connect_arg = c;
-	http_client_free(c->c_hc);
-	c->c_hc = http_client_new(c->c_base, &co);
-	assert_non_null(c->c_hc);
-	memset(&o, 0, sizeof(o));
-	o.ro_method = "GET";
-	snprintf(url, sizeof(url), "https://%s:%u/", host, c->c_srv.ts_port);
-	o.ro_url = url;
-	memset(r, 0, sizeof(*r));
-	start(c, &o, r);
-	run_until(c, &r->r_ndone, 1);
+	tls_setup(c, ca_file, s, sizeof(s) / sizeof(s[0]));
+	tls_get(c, host, r);
 }
 
 static void
@@ -1191,32 +1209,14 @@ test_tls_resumption(void **state)
 	static const char *const hosts[] = { "localhost", "localhost",
 	    "127.0.0.1", "localhost", "localhost", "localhost" };
 	static const int resumed[] = { 0, 1, 1, 2, 3, 3 };
-	struct tctx			*c = *state;
-	struct http_client_opts		 co;
-	struct http_request_opts	 o;
-	struct tres			 r;
-	char				 url[128], body[2];
-	size_t				 i;
+	struct tctx	*c = *state;
+	struct tres	 r;
+	char		 body[2];
+	size_t		 i;
 
-	tsrv_free(&c->c_srv);
-	tsrv_init(&c->c_srv, c->c_base, 1);
-	SCRIPT(&c->c_srv, s);
-	memset(&co, 0, sizeof(co));
-	co.co_ca_file = tls_cert;
-	co.co_connect = loopback_connect;
-	co.co_connect_arg = c;
-	http_client_free(c->c_hc);
-	c->c_hc = http_client_new(c->c_base, &co);
-	assert_non_null(c->c_hc);
+	tls_setup(c, tls_cert, s, sizeof(s) / sizeof(s[0]));
 	for (i = 0; i < 6; i++) {
-		memset(&o, 0, sizeof(o));
-		o.ro_method = "GET";
-		snprintf(url, sizeof(url), "https://%s:%u/", hosts[i],
-		    c->c_srv.ts_port);
-		o.ro_url = url;
-		memset(&r, 0, sizeof(r));
-		start(c, &o, &r);
-		run_until(c, &r.r_ndone, 1);
+		tls_get(c, hosts[i], &r);
 		snprintf(body, sizeof(body), "%c", 'a' + (int)i);
 		if (i == 4)
 			assert_int_equal(r.r_err, HTTP_ERR_TLS);
