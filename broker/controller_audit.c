@@ -1239,30 +1239,6 @@ checkpoint_sign(uint64_t rows, const unsigned char head[AUDIT_HASH_LEN],
 	return cp;
 }
 
-/* A checkpoint vouches for the chain: never for a broken one. */
-static void
-broken_no_signing(const char *broken, char *why, size_t whylen)
-{
-	snprintf(why, whylen, "the trail is broken (%s): not signing it",
-	    broken);
-}
-
-struct json_object *
-audit_checkpoint(char *why, size_t whylen)
-{
-	unsigned char	head[AUDIT_HASH_LEN];
-	char		broken[256];
-	uint64_t	rows;
-
-	if (no_signing_key(why, whylen))
-		return NULL;
-	if (audit_verify(broken, sizeof(broken), &rows, head) == -1) {
-		broken_no_signing(broken, why, whylen);
-		return NULL;
-	}
-	return checkpoint_sign(rows, head, why, whylen);
-}
-
 /* Exactly 64 bytes of padded base64, or -1. */
 static int
 sig_decode(const char *b64, unsigned char sig[ED25519_SIG_LEN])
@@ -1490,8 +1466,10 @@ checkpoint_answer(struct verify_job *j, int intact, uint64_t rows,
 	struct json_object	*r, *cp = NULL;
 	char			 why[300];
 
+	/* A checkpoint vouches for the chain: never for a broken one. */
 	if (!intact)
-		broken_no_signing(j->vj_why, why, sizeof(why));
+		snprintf(why, sizeof(why), "the trail is broken (%s): not "
+		    "signing it", j->vj_why);
 	else
 		cp = checkpoint_sign(rows, head, why, sizeof(why));
 	if (cp == NULL) {

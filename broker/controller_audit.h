@@ -127,14 +127,13 @@ int64_t	audit_export(int64_t after_id, unsigned int max_rows,
 
 /*
  * Signed checkpoints.  The key is an Ed25519 private key in PEM (NULL: no
- * key); -1 if it is not one.  audit_checkpoint verifies the trail and
- * signs its head: {version, last_id, head, rows, time, public_key,
- * signature}, or NULL with why.  audit_checkpoint_check: 0 if cp carries
- * our signature and the trail still holds row last_id with that hash,
- * else -1 with why (a truncation, a rewrite, another key, a forgery).
+ * key); -1 if it is not one.  The admin's audit_checkpoint verifies the
+ * trail and signs its head: {version, last_id, head, rows, time,
+ * public_key, signature}.  audit_checkpoint_check: 0 if cp carries our
+ * signature and the trail still holds row last_id with that hash, else
+ * -1 with why (a truncation, a rewrite, another key, a forgery).
  */
 int	audit_set_signing_key(const char *pem);
-struct json_object *audit_checkpoint(char *why, size_t whylen);
 int	audit_checkpoint_check(struct json_object *cp, char *why,
 	    size_t whylen);
 
