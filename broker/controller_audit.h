@@ -102,6 +102,9 @@ int64_t	audit_settle(struct audit_async *);
  * why ("row 17: contents changed").  rows gets the number of rows read,
  * head the hash of the last row (all zeros for an empty trail): an
  * operator records it elsewhere to detect a rewrite of the whole chain.
+ * This walks it at once, in one read transaction, for the unit tests;
+ * the admin's audit_verify and audit_checkpoint walk it as jobs, a step
+ * a pass of the loop (audit_admin).
  */
 int	audit_verify(char *why, size_t whylen, uint64_t *rows,
 	    unsigned char head[AUDIT_HASH_LEN]);
