@@ -31,9 +31,9 @@
 static sqlite3 *db;
 
 /*
- * Keys that authenticated, by their SHA-256 (the users a hash names are
- * one row each): every /mcp request authenticates, and the SELECT was a
- * tenth of the controller's time per call.  Any change to the users table
+ * Keys that authenticated, by their SHA-256, with the user each names:
+ * every /mcp request authenticates, and the SELECT was a tenth of the
+ * controller's time per call.  Any change to the users table
  * on our connection, the only one that writes it, empties the cache
  * through SQLite's update hook (adding, rotating or revoking a key, with
  * its user or tenant), and so does any rollback, which may undo a row the
