@@ -126,8 +126,15 @@ class PrivilegeFactsTest(unittest.TestCase):
         }
         for name, extra in expected.items():
             pid = procs[name]["pid"]
-            table = fds(pid)
             want = dict(common, **extra)
+            # The start's /readyz request may still be closing in the
+            # frontend: a moment for its socket to go.
+            try:
+                wait_for(lambda: kinds(fds(pid)) == want, timeout=5,
+                         what=name + "'s descriptors")
+            except AssertionError:
+                pass
+            table = fds(pid)
             self.assertEqual(kinds(table), want, "%s: %r" % (name, table))
             self.assertEqual(table[0], "/dev/null")
             self.assertEqual(table[3].split(":")[0], "socket")
