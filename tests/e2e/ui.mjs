@@ -60,7 +60,10 @@ async function send(page, text) {
 }
 
 // Every status a tool card shows, in order, and how often the answer's
-// text was redrawn (token by token, not at once).
+// text was redrawn (token by token, not at once). The statuses come from the
+// text nodes each record swapped, not from the page as it is when the
+// observer runs: a fast tool's start and end can arrive in one read of the
+// stream, and then the card is already "done" by the time records are seen.
 async function watch(page) {
   await page.evaluate(() => {
     window.__seen = [];
@@ -68,10 +71,9 @@ async function watch(page) {
     new MutationObserver((ms) => {
       for (const m of ms) {
         const t = m.target.nodeType === 1 ? m.target : m.target.parentElement;
-        if (t && t.closest('.status')) window.__seen.push(t.closest('.status').textContent);
+        if (t && t.closest('.status') && m.type === 'childList')
+          for (const n of [...m.removedNodes, ...m.addedNodes]) window.__seen.push(n.textContent);
         if (t && t.closest('.md')) window.__lengths.add(t.closest('.md').textContent.length);
-        for (const n of m.addedNodes) if (n.nodeType === 1 && n.matches('.tool'))
-          window.__seen.push(n.querySelector('.status').textContent);
       }
     }).observe(document.getElementById('messages'), { subtree: true, childList: true, characterData: true });
   });
