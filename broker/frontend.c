@@ -208,6 +208,24 @@ pending_cancel(struct pending *pd)
 	pending_free(pd);
 }
 
+/*
+ * A stream's end.  An HTTP/1.0 stream has no chunked coding, so when its
+ * output is all written evhttp frees the request and closes the connection
+ * inside evhttp_send_reply_end, and the close callback looks for the
+ * connection's requests: pd must be gone from the list by then.
+ */
+static void
+pending_end_stream(struct pending *pd, int cancel)
+{
+	struct evhttp_request *req = pd->pd_req;
+
+	if (cancel)
+		pending_cancel(pd);
+	else
+		pending_free(pd);
+	evhttp_send_reply_end(req);
+}
+
 static void
 pending_timeout(int fd, short ev, void *arg)
 {
@@ -215,11 +233,12 @@ pending_timeout(int fd, short ev, void *arg)
 
 	(void)fd;
 	(void)ev;
-	if (pd->pd_streaming)
-		evhttp_send_reply_end(pd->pd_req);
-	else
-		reply_error(pd->pd_req, 504, "Gateway Timeout", "timeout",
-		    "the controller did not answer in time");
+	if (pd->pd_streaming) {
+		pending_end_stream(pd, 1);
+		return;
+	}
+	reply_error(pd->pd_req, 504, "Gateway Timeout", "timeout",
+	    "the controller did not answer in time");
 	pending_cancel(pd);
 }
 
@@ -1427,8 +1446,7 @@ frontend_recv_http_end(struct peer *p, struct msg *m, struct json_object *o)
 		return 0;
 	if (!pd->pd_streaming)
 		return -1;
-	evhttp_send_reply_end(pd->pd_req);
-	pending_free(pd);
+	pending_end_stream(pd, 0);
 	return 0;
 }
 

@@ -12,6 +12,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import time
 import unittest
@@ -476,6 +477,30 @@ class McpServerTest(unittest.TestCase):
         status, _, _ = self.b.request("GET", "/mcp/dev", None,
                                       self.headers(self.bob))
         self.assertEqual(status, 405)
+
+    def test_an_http10_stream_ends_and_the_broker_stays(self):
+        """An HTTP/1.0 client gets no chunked coding: the end of its stream
+        closes the connection at once, inside the call that ends it."""
+        sid, _ = self.initialize(self.bob)
+        before = self.b.processes()["frontend"]["pid"]
+        s = socket.create_connection(("127.0.0.1", self.b.port), timeout=30)
+        head = "".join("%s: %s\r\n" % kv for kv in self.headers(
+            self.bob, session=sid, version=LEGACY).items())
+        s.sendall(("GET /mcp/dev HTTP/1.0\r\n%s\r\n" % head).encode())
+        got = b""
+        while b"\r\n\r\n" not in got:
+            got += s.recv(4096)
+        self.assertTrue(got.startswith(b"HTTP/1.0 200") or
+                        got.startswith(b"HTTP/1.1 200"), got)
+        # the idle stream's output is all written: ending the session ends it
+        status, _, _ = self.b.request("DELETE", "/mcp/dev", None,
+                                      self.headers(self.bob, session=sid))
+        self.assertEqual(status, 200)
+        while s.recv(4096):
+            pass
+        s.close()
+        self.assertEqual(self.b.get("/readyz")[0], 200)
+        self.assertEqual(self.b.processes()["frontend"]["pid"], before)
 
     def test_a_servers_tool_change_reaches_the_get_stream(self):
         """A 2026-07-28 server (SDK v2) adds a tool: sessions hear of it."""
