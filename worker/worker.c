@@ -713,18 +713,20 @@ call_done(struct mcp_session *s, struct json_object *res,
 static void
 call_dispatch(struct wcall *wc)
 {
-	struct json_object *args = wc->wc_args;
+	struct json_object	*args = wc->wc_args;
+	int64_t			 rpc;
 
 	wc->wc_args = NULL;
 	wc->wc_inst->in_active++;
 	if (wc->wc_method != NULL)
-		wc->wc_rpc = mcp_request(wc->wc_inst->in_session,
-		    wc->wc_method, args, wc->wc_timeout_ms, call_done, NULL,
-		    wc);
+		rpc = mcp_request(wc->wc_inst->in_session, wc->wc_method, args,
+		    wc->wc_timeout_ms, call_done, NULL, wc);
 	else
-		wc->wc_rpc = mcp_call_tool(wc->wc_inst->in_session,
-		    wc->wc_tool, args, wc->wc_timeout_ms, call_done,
-		    call_progress, wc);
+		rpc = mcp_call_tool(wc->wc_inst->in_session, wc->wc_tool,
+		    args, wc->wc_timeout_ms, call_done, call_progress, wc);
+	/* -1: it could not be sent, and call_done has answered and freed wc */
+	if (rpc != -1)
+		wc->wc_rpc = rpc;
 }
 
 /* Which instance serves a call: isolation decides. */

@@ -311,6 +311,45 @@ class MCPFaultTest(FaultBase):
         self.bystander_chats()
 
 
+class ClosedOutputTest(FaultBase):
+    """A server that closes its output and lives on: the worker waits a
+    moment for its exit status, and a call that comes in that moment
+    cannot be sent.  It fails at once, and the worker goes on."""
+
+    servers = (server_block("gone", "close-stdout", log=True) +
+               'toolset "t" { tools "gone.*" }\n')
+
+    def setUp(self):
+        super().setUp()
+        self.connect("bob", "calm")
+
+    def call(self, rid, text):
+        status, _, data = self.mcp_call("t", "gone.echo", {"text": text},
+                                        rid=rid)
+        body = json.loads(data)
+        self.assertEqual(status, 200, body)
+        self.assertTrue(body["result"]["isError"], body)
+        return body["result"]["content"][0]["text"]
+
+    def test_a_call_after_the_output_closed(self):
+        worker = self.b.processes()["worker gone"]["pid"]
+        got = {}
+        first = threading.Thread(target=lambda: got.update(
+            first=self.call(1, "one")))
+        first.start()
+        wait_for(lambda: "closed stdout" in read(self.hlog), timeout=10,
+                 what="the server closing its output")
+        time.sleep(0.1)     # for the worker to read the end of it
+        self.assertIn("the server is gone", self.call(2, "two"))
+        first.join(30)
+        self.assertIn("the server closed its output", got["first"])
+        self.assertEqual(self.b.processes()["worker gone"]["pid"], worker)
+        rows = self.assert_nothing_lost()
+        self.assertEqual(len([r for r in rows if r["kind"] == "tool_result"
+                              and r["detail"]["outcome"] == "error"]), 2)
+        self.bystander_chats()
+
+
 @unittest.skipUnless(os.geteuid() == 0, "mounting a tmpfs needs root")
 class DiskFullTest(FaultBase):
     """The state directory on a 4 MiB tmpfs, in a mount namespace of the
