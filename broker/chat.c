@@ -832,7 +832,9 @@ result_text(struct json_object *result)
 
 	if (b == NULL)
 		fatal("evbuffer_new");
-	if (json_object_object_get_ex(result, "content", &content))
+	/* The worker checks the shape; a compromised one is not trusted to. */
+	if (json_object_object_get_ex(result, "content", &content) &&
+	    json_object_is_type(content, json_type_array))
 		for (i = 0; i < json_object_array_length(content) &&
 		    evbuffer_get_length(b) <= max; i++) {
 			c = json_object_array_get_idx(content, i);

@@ -1,11 +1,13 @@
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include <json-c/json.h>
 #include <openssl/evp.h>
 
+#include "common/log.h"
 #include "common/util.h"
 
 uint64_t
@@ -177,6 +179,35 @@ utf8_valid_len(const char *buf, size_t len)
 		i += n;
 	}
 	return len;
+}
+
+/*
+ * A copy of buf in which each byte that is not part of well-formed UTF-8
+ * is U+FFFD, and its length in *outlen; NULL when buf is well formed.
+ */
+char *
+utf8_repaired(const char *buf, size_t len, size_t *outlen)
+{
+	static const char	 fffd[] = "\xef\xbf\xbd";
+	char			*out;
+	size_t			 i, o, n;
+
+	if ((n = utf8_valid_len(buf, len)) == len)
+		return NULL;
+	if (len > (SIZE_MAX - 1) / 3 || (out = malloc(len * 3 + 1)) == NULL)
+		fatal("utf8_repaired");
+	for (i = o = 0; i < len; i += n + 1, o += n + 3) {
+		n = utf8_valid_len(buf + i, len - i);
+		memcpy(out + o, buf + i, n);
+		if (i + n == len) {
+			o += n;
+			break;
+		}
+		memcpy(out + o + n, fffd, 3);
+	}
+	out[o] = '\0';
+	*outlen = o;
+	return out;
 }
 
 /* -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? and nothing else. */

@@ -48,6 +48,8 @@ struct json_object *json_parse_object_why(const char *buf, size_t len,
 	    char *why, size_t whylen);
 /* The length of buf's well-formed UTF-8 prefix (len: all of it). */
 size_t	 utf8_valid_len(const char *buf, size_t len);
+/* buf with U+FFFD for each byte that is not UTF-8 (free it); NULL: none. */
+char	*utf8_repaired(const char *buf, size_t len, size_t *outlen);
 /* 1 if every number is finite, written as JSON, and within 64 bits. */
 int	 json_numbers_ok(struct json_object *, int depth);
 

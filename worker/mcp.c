@@ -1258,10 +1258,21 @@ mcp_session_input(struct mcp_session *s, const char *buf, size_t len)
 {
 	struct json_tokener	*tok;
 	struct json_object	*o;
+	char			*repaired;
 	size_t			 i, n;
 
 	if (s->s_state == MCP_CLOSED)
 		return;
+	/*
+	 * What goes on to the controller must be UTF-8, or the channel is
+	 * taken for a compromised worker's: a server's stray byte is read as
+	 * U+FFFD instead, and its message kept.
+	 */
+	if ((repaired = utf8_repaired(buf, len, &len)) != NULL) {
+		bad_message(s, "output is not UTF-8; its bad bytes are read as "
+		    "U+FFFD");
+		buf = repaired;
+	}
 	if ((tok = json_tokener_new_ex(JSON_MAX_DEPTH)) == NULL)
 		fatal("json_tokener_new_ex");
 	o = len > INT32_MAX ? NULL : json_tokener_parse_ex(tok, buf, len);
@@ -1269,10 +1280,13 @@ mcp_session_input(struct mcp_session *s, const char *buf, size_t len)
 		json_tokener_free(tok);
 		json_object_put(o);
 		bad_message(s, "output is not valid JSON");
-		log_debug("server %s: not JSON: %.80s", s->s_name, buf);
+		log_debug("server %s: not JSON: %.*s", s->s_name,
+		    (int)(len < 80 ? len : 80), buf);
+		free(repaired);
 		return;
 	}
 	json_tokener_free(tok);
+	free(repaired);
 	s->s_busy++;
 	if (json_object_is_type(o, json_type_array)) {
 		/* A batch (2025-03-26): bounded, each message on its own. */

@@ -134,6 +134,18 @@ static const struct dispatch worker_dispatch_controller[] = {
 
 /* ---- telling the controller ---- */
 
+/*
+ * Text of ours, at most max bytes.  It may hold a server's words, cut by
+ * snprintf inside a character; the controller takes UTF-8 only, so a
+ * partial character at the end goes.
+ */
+static struct json_object *
+text_json(const char *s, size_t max)
+{
+	return json_object_new_string_len(s, (int)utf8_valid_len(s,
+	    strnlen(s, max)));
+}
+
 static void
 send_state(const char *state, const char *error)
 {
@@ -142,8 +154,7 @@ send_state(const char *state, const char *error)
 	json_object_object_add(o, "name", json_object_new_string(wk.name));
 	json_object_object_add(o, "state", json_object_new_string(state));
 	if (error != NULL)	/* the controller takes at most 200 bytes */
-		json_object_object_add(o, "error",
-		    json_object_new_string_len(error, strnlen(error, 200)));
+		json_object_object_add(o, "error", text_json(error, 200));
 	(void)peer_send(&wk.controller, MSG_WORKER_STATE, 0, -1, o);
 	json_object_put(o);
 }
@@ -171,8 +182,8 @@ call_reply(struct wcall *wc, struct json_object *result,
 		e = json_object_new_object();
 		json_object_object_add(e, "code",
 		    json_object_new_int(err->me_code));
-		json_object_object_add(e, "message",
-		    json_object_new_string(err->me_message));
+		json_object_object_add(e, "message", text_json(err->me_message,
+		    sizeof(err->me_message)));
 		json_object_object_add(o, "error", e);
 	} else
 		json_object_object_add(o, "result", json_object_get(result));

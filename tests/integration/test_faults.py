@@ -350,6 +350,32 @@ class ClosedOutputTest(FaultBase):
         self.bystander_chats()
 
 
+class NotUtf8Test(FaultBase):
+    """A server whose tool list and results hold bytes that are not UTF-8.
+    The worker passes on what it can read, each bad sequence as U+FFFD; it
+    is not taken for a compromised worker and dropped."""
+
+    servers = (server_block("odd", "bad-utf8", log=True) +
+               'toolset "t" { tools "odd.*" }\n')
+
+    def test_bytes_that_are_not_utf8(self):
+        worker = self.b.processes()["worker odd"]["pid"]
+        for rid in (1, 2):
+            status, _, data = self.mcp_call("t", "odd.echo", {"text": "hi"},
+                                            rid=rid)
+            self.assertEqual(status, 200, data)
+            self.assertEqual(json.loads(data)["result"]["content"][0]["text"],
+                             "hi \ufffd\ufffd\ufffd\ufffd caf\ufffd")
+        status, doc = self.post("alice", "/llmchat/connect",
+                                {"provider": "llm"})
+        self.assertEqual(status, 200, doc)
+        self.assertEqual([t["description"] for t in doc["tools"]],
+                         ["Echoes \ufffd\ufffd\ufffd\ufffd back"])
+        self.assertEqual(self.b.processes()["worker odd"]["pid"], worker)
+        self.assertNotIn("protocol violation", self.b.log())
+        self.assert_nothing_lost()
+
+
 @unittest.skipUnless(os.geteuid() == 0, "mounting a tmpfs needs root")
 class DiskFullTest(FaultBase):
     """The state directory on a 4 MiB tmpfs, in a mount namespace of the

@@ -208,6 +208,41 @@ test_utf8_valid_len_is_strict(void **state)
 	assert_int_equal(utf8_valid_len("a\0b", 3), 3);
 }
 
+static void
+test_utf8_repaired_keeps_the_good_bytes(void **state)
+{
+	static const struct {
+		const char	*in, *out;
+	} cases[] = {
+		{ "caf\xc3\xa9", NULL },		/* nothing to mend */
+		{ "a\xff" "b", "a\xef\xbf\xbd" "b" },
+		{ "\xff\xfe\xc0\xaf", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"
+		    "\xef\xbf\xbd" },
+		{ "caf\xc3\"}", "caf\xef\xbf\xbd\"}" },	/* cut short */
+		{ "ab\xe2\x82", "ab\xef\xbf\xbd\xef\xbf\xbd" },
+		{ "\xed\xa0\x80x", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbdx" },
+	};
+	char	*out;
+	size_t	 i, len;
+
+	(void)state;
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		len = 12345;
+		out = utf8_repaired(cases[i].in, strlen(cases[i].in), &len);
+		if (cases[i].out == NULL) {
+			assert_null(out);
+			assert_int_equal(len, 12345);
+			continue;
+		}
+		assert_non_null(out);
+		assert_int_equal(len, strlen(cases[i].out));
+		assert_memory_equal(out, cases[i].out, len);
+		assert_int_equal(utf8_valid_len(out, len), len);
+		free(out);
+	}
+}
+
+static char	captured[LOG_LINE_MAX];
 static char	captured[LOG_LINE_MAX];
 
 static void
@@ -272,6 +307,7 @@ main(void)
 		cmocka_unit_test(test_parse_object_says_why),
 		cmocka_unit_test(test_numbers_must_be_finite_json_within_64_bits),
 		cmocka_unit_test(test_utf8_valid_len_is_strict),
+		cmocka_unit_test(test_utf8_repaired_keeps_the_good_bytes),
 		cmocka_unit_test(test_log_lines_escape_control_characters),
 	};
 
