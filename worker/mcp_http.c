@@ -58,6 +58,8 @@ struct mcp_http {
 	struct mcp_session	*t_session;
 	char			*t_name;
 	char			*t_url;
+	char			*t_origin;	/* scheme://host:port, for messages:
+						   a path may hold a secret */
 	char			*t_endpoint;	/* SSE: where to POST */
 	enum mcp_http_kind	 t_kind;
 	struct http_field	 t_headers[MAX_HEADERS];
@@ -123,33 +125,34 @@ deliver(struct hreq *hr, const char *buf, size_t len)
 		mcp_session_input(t->t_session, buf, len);
 }
 
+/* How long url's scheme://host:port is; 0 if it has no scheme. */
+static size_t
+origin_len(const char *url)
+{
+	const char *p;
+
+	if ((p = strstr(url, "://")) == NULL)
+		return 0;
+	return (size_t)(p - url) + 3 + strcspn(p + 3, "/?#");
+}
+
 /* Same scheme, host and port: a server may not send us elsewhere. */
 static int
 same_origin(const char *a, const char *b)
 {
-	const char	*pa, *pb;
-	size_t		 na, nb;
+	size_t na = origin_len(a), nb = origin_len(b);
 
-	if ((pa = strstr(a, "://")) == NULL || (pb = strstr(b, "://")) ==
-	    NULL)
-		return 0;
-	na = strcspn(pa + 3, "/?#") + (pa - a) + 3;
-	nb = strcspn(pb + 3, "/?#") + (pb - b) + 3;
-	return na == nb && strncasecmp(a, b, na) == 0;
+	return na > 0 && na == nb && strncasecmp(a, b, na) == 0;
 }
 
 /* The 2024-11-05 `endpoint` event: a URI, usually relative. */
 static void
 take_endpoint(struct mcp_http *t, const char *data)
 {
-	const char	*p;
-	char		*url;
-	size_t		 origin;
+	char *url;
 
 	if (data[0] == '/') {
-		p = strstr(t->t_url, "://");
-		origin = (p - t->t_url) + 3 + strcspn(p + 3, "/?#");
-		if (asprintf(&url, "%.*s%s", (int)origin, t->t_url, data) == -1)
+		if (asprintf(&url, "%s%s", t->t_origin, data) == -1)
 			fatal("asprintf");
 	} else if ((url = strdup(data)) == NULL)
 		fatal("strdup");
@@ -326,7 +329,7 @@ after_status(struct hreq *hr)
 	if (!hr->hr_answered && hr->hr_id >= 0)
 		fail(hr, hr->hr_status == 400 ? MCP_ERR_PROTOCOL :
 		    MCP_ERR_TRANSPORT, "HTTP %d from %s%s%s", hr->hr_status,
-		    t->t_url, *status_hint(hr->hr_status) ? "; " : "",
+		    t->t_origin, *status_hint(hr->hr_status) ? "; " : "",
 		    status_hint(hr->hr_status));
 }
 
@@ -389,11 +392,11 @@ get_ended(struct hreq *hr, int err, const char *why)
 		char msg[300];
 
 		snprintf(msg, sizeof(msg), "the SSE stream from %s ended: %s",
-		    t->t_url, err != 0 ? why : hr->hr_status >= 300 ?
+		    t->t_origin, err != 0 ? why : hr->hr_status >= 300 ?
 		    "bad status" : "closed by the server");
 		if (hr->hr_status >= 300)
-			snprintf(msg, sizeof(msg), "GET %s: HTTP %d%s%s",
-			    t->t_url, hr->hr_status,
+			snprintf(msg, sizeof(msg), "GET from %s: HTTP %d%s%s",
+			    t->t_origin, hr->hr_status,
 			    *status_hint(hr->hr_status) ? "; " : "",
 			    status_hint(hr->hr_status));
 		hreq_free(hr);
@@ -727,6 +730,7 @@ http_free(void *arg)
 	free(t->t_session_id);
 	free(t->t_endpoint);
 	free(t->t_url);
+	free(t->t_origin);
 	free(t->t_name);
 	free(t);
 }
@@ -747,7 +751,8 @@ mcp_http_new(struct event_base *base, struct http_client *client,
 
 	if ((t = calloc(1, sizeof(*t))) == NULL ||
 	    (t->t_name = strdup(o->ho_name)) == NULL ||
-	    (t->t_url = strdup(o->ho_url)) == NULL)
+	    (t->t_url = strdup(o->ho_url)) == NULL ||
+	    (t->t_origin = strndup(o->ho_url, origin_len(o->ho_url))) == NULL)
 		fatal("calloc");
 	t->t_base = base;
 	t->t_client = client;

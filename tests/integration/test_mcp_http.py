@@ -35,9 +35,15 @@ class StreamableHttp2025Test(unittest.TestCase):
         self.assertIn("image", [c["type"] for c in r.json()["content"]])
 
     def test_wrong_path_is_a_clear_error(self):
-        r = ctl_mcp("tools", "http://127.0.0.1:%d/nope" % self.server.port)
+        # Hosted servers put secrets in the path or query: an error names
+        # the origin only (it reaches /readyz, users and models).
+        r = ctl_mcp("tools", "http://127.0.0.1:%d/nope/s3cr3t?key=k3y"
+                    % self.server.port)
         self.assertEqual(r.returncode, 1)
-        self.assertIn("HTTP 404", r.stderr)
+        self.assertIn("HTTP 404 from http://127.0.0.1:%d" % self.server.port,
+                      r.stderr)
+        self.assertNotIn("s3cr3t", r.stderr)
+        self.assertNotIn("k3y", r.stderr)
 
 
 class LegacySseTest(unittest.TestCase):
