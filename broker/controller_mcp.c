@@ -68,6 +68,7 @@
 #define PAGE_HOPS		8	/* empty backend pages skipped per list */
 #define LIST_TTL_MS		60000	/* 2026-07-28 list freshness */
 #define LISTEN_URIS_MAX		64
+#define LISTENS_PER_USER	32	/* open subscriptions/listen streams */
 #define TOOL_NAME_MAX		128	/* MCP's limit on a tool's name */
 #define URI_MAX			8192
 #define CURSOR_MAX		4096
@@ -2347,6 +2348,18 @@ want(struct json_object *filter, const char *key)
  * subscriptions/listen (2026-07-28): a stream that stays open with the
  * changes the client opted in to, acknowledged first with what we honour.
  */
+static size_t
+listens_of(const char *user)
+{
+	const struct mcp_req	*mr;
+	size_t			 n = 0;
+
+	TAILQ_FOREACH(mr, &reqs, mr_entry)
+		if (mr->mr_listen && strcmp(mr->mr_user.su_name, user) == 0)
+			n++;
+	return n;
+}
+
 static void
 m_listen(struct mcp_req *mr)
 {
@@ -2359,6 +2372,12 @@ m_listen(struct mcp_req *mr)
 	if (!mr->mr_accept_sse) {
 		req_error(mr, RPC_INVALID, "subscriptions/listen answers with "
 		    "an event stream: accept text/event-stream");
+		return;
+	}
+	/* Streams stay open: one user's may not take every place in flight. */
+	if (listens_of(mr->mr_user.su_name) >= LISTENS_PER_USER) {
+		req_error(mr, RPC_INVALID, "too many open subscriptions/listen "
+		    "streams (%d): close one first", LISTENS_PER_USER);
 		return;
 	}
 	f = json_object_object_get(mr->mr_params, "notifications");

@@ -680,6 +680,44 @@ class McpServerTest(unittest.TestCase):
                          ["io.modelcontextprotocol/subscriptionId"], 42)
         s.close()
 
+    def listen(self, key, rid=42):
+        params = {"notifications": {"toolsListChanged": True},
+                  "_meta": {"io.modelcontextprotocol/protocolVersion":
+                            MODERN}}
+        body = json.dumps({"jsonrpc": "2.0", "id": rid,
+                           "method": "subscriptions/listen",
+                           "params": params})
+        return self.open("POST", key, body=body, version=MODERN,
+                         extra={"Mcp-Method": "subscriptions/listen"})
+
+    def test_listen_streams_per_user(self):
+        """Streams stay open: a user gets 32, and others still get theirs."""
+        streams = []
+        self.addCleanup(lambda: [s.close() for s in streams])
+        for i in range(32):
+            streams.append(self.listen(self.carol, rid=i))
+            self.assertEqual(streams[-1].status, 200)
+            self.assertEqual(streams[-1].next_event()[1]["method"],
+                             "notifications/subscriptions/acknowledged")
+        s = self.listen(self.carol, rid=99)
+        body = json.loads(s.r.read())
+        s.close()
+        self.assertEqual(body["error"]["code"], -32600, body)
+        self.assertIn("too many open subscriptions/listen streams (32)",
+                      body["error"]["message"])
+        other = self.listen(self.bob)
+        streams.append(other)
+        self.assertEqual(other.next_event()[1]["method"],
+                         "notifications/subscriptions/acknowledged")
+        # a stream the client closed makes room again
+        streams.pop(0).close()
+
+        def room():
+            s = self.listen(self.carol, rid=100)
+            streams.append(s)
+            return s.headers["content-type"] == "text/event-stream"
+        wait_for(room, timeout=10, what="room for another stream")
+
     # -- resources and prompts -------------------------------------------
     def test_resources_and_prompts_under_policy(self):
         sid, _ = self.initialize(self.bob)
