@@ -689,6 +689,36 @@ class SessionIdTest(unittest.TestCase):
                          {0})
 
 
+class TokenTest(unittest.TestCase):
+    def test_each_server_gets_its_own_token(self):
+        """An HTTP server's bearer token goes to that server, in every
+        request, and to no other server."""
+        servers = {n: HttpFixture("modern") for n in ("a", "b")}
+        tmp = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, tmp)
+        body = ""
+        for name, fx in servers.items():
+            self.addCleanup(fx.stop)
+            path = os.path.join(tmp, name + ".token")
+            with open(path, "w") as f:
+                f.write("token-of-%s\n" % name)
+            body += ('server "%s" { url "%s" bearer-token-file "%s" }\n'
+                     % (name, fx.url, path))
+        b = Broker(body)
+        self.addCleanup(b.stop)
+        b.start()
+        for name in servers:
+            r = b.ctl("server", "call", name, "lookup", '{"region":"eu"}')
+            self.assertIn("eu", r.stdout)
+        for name, fx in servers.items():
+            auth = [[v for k, v in e["headers"] if k.lower() ==
+                     "authorization"] for e in fx.entries()
+                    if "headers" in e]
+            self.assertGreaterEqual(len(auth), 2, name)
+            self.assertEqual(auth, [["Bearer token-of-%s" % name]] *
+                             len(auth), name)
+
+
 class AddressTest(unittest.TestCase):
     """SSRF through the configuration: url and base-url may not point at
     link-local, metadata or unspecified addresses without allow-address,
