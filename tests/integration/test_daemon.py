@@ -11,7 +11,8 @@ import tempfile
 import time
 import unittest
 
-from broker import (MCPBROKER, Broker, pid_alive, proc_status, wait_for)
+from broker import (MCPBROKER, MCPBROKERCTL, Broker, pid_alive, proc_status,
+                    wait_for)
 
 OK_SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                          "..", "fixtures", "hostile_mcp_server.py")
@@ -208,6 +209,24 @@ class DaemonTest(unittest.TestCase):
         self.assertEqual(procs["parent"]["pid"], b.proc.pid)
         mode = stat.S_IMODE(os.stat(b.sock).st_mode)
         self.assertEqual(mode, 0o600)
+
+    @unittest.skipUnless(os.geteuid() == 0, "another uid needs root")
+    def test_control_socket_checks_the_peers_uid(self):
+        """The socket's mode is one wall; SO_PEERCRED is the other."""
+        b = self.broker()
+        os.chmod(b.sock, 0o666)
+
+        def as_nobody():
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+        r = subprocess.run([MCPBROKERCTL, "-s", b.sock, "status"],
+                           capture_output=True, text=True, timeout=30,
+                           preexec_fn=as_nobody)
+        self.assertNotEqual(r.returncode, 0, r.stdout)
+        self.assertNotIn("controller", r.stdout)
+        b.wait_log(r"control connection refused")
+        self.assertIn("controller", b.ctl("status").stdout)
 
     def test_second_instance_refuses_the_control_socket(self):
         b = self.broker()
