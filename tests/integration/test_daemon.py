@@ -239,6 +239,12 @@ class DaemonTest(unittest.TestCase):
         self.assertEqual(b.get("/healthz")[0], 200)
 
     def test_every_child_is_sandboxed(self):
+        # A core limit to inherit, so that the daemon's own 0 shows.
+        import resource
+        old = resource.getrlimit(resource.RLIMIT_CORE)
+        if old[1] != 0:
+            resource.setrlimit(resource.RLIMIT_CORE, (old[1], old[1]))
+        self.addCleanup(resource.setrlimit, resource.RLIMIT_CORE, old)
         b = self.broker()
         for pid in b.child_pids():
             st = proc_status(pid)
@@ -246,6 +252,17 @@ class DaemonTest(unittest.TestCase):
             self.assertEqual(st["CapPrm"], "0000000000000000", pid)
             self.assertEqual(st["NoNewPrivs"], "1", pid)
             self.assertEqual(st["Seccomp"], "2", pid)
+            # Not dumpable: the kernel gives its /proc files to root, so
+            # the children's own uid (or another process of it) cannot
+            # read its memory or ptrace it.
+            self.assertNotEqual(int(st["Uid"].split()[0]), 0, pid)
+            self.assertEqual(os.stat("/proc/%d/environ" % pid).st_uid, 0,
+                             pid)
+        for pid in [b.proc.pid] + b.child_pids():
+            with open("/proc/%d/limits" % pid) as f:
+                core = [line.split()[4:6] for line in f
+                        if line.startswith("Max core file size")]
+            self.assertEqual(core, [["0", "0"]], pid)
 
     @unittest.skipUnless(os.geteuid() == 0, "needs root")
     def test_as_root_children_run_as_nobody_without_privileges(self):
