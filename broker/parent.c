@@ -1012,6 +1012,16 @@ prepare_state_dir(void)
 		log_warn("chown state-dir \"%s\"", dir);
 		return -1;
 	}
+	if ((st.st_mode & 027) != 0) {
+		if (chmod(dir, st.st_mode & 0750) == -1) {
+			log_warn("chmod state-dir \"%s\"", dir);
+			return -1;
+		}
+		log_info("state-dir \"%s\": mode %04o made %04o: others may "
+		    "not read it, nor the group write", dir,
+		    (unsigned int)(st.st_mode & 07777),
+		    (unsigned int)(st.st_mode & 0750));
+	}
 	return 0;
 }
 

@@ -228,6 +228,20 @@ class DaemonTest(unittest.TestCase):
         b.wait_log(r"control connection refused")
         self.assertIn("controller", b.ctl("status").stdout)
 
+    def test_state_dir_is_the_childrens_only(self):
+        b = self.broker()
+        state = os.path.join(b.dir, "state")
+        self.assertEqual(stat.S_IMODE(os.stat(state).st_mode), 0o750)
+        # one an administrator made open to all is closed
+        b = Broker(TWO_SERVERS)
+        self.addCleanup(b.stop)
+        state = os.path.join(b.dir, "state")
+        os.mkdir(state)
+        os.chmod(state, 0o777)
+        b.start()
+        self.assertEqual(stat.S_IMODE(os.stat(state).st_mode), 0o750)
+        b.wait_log(r'state-dir ".*": mode 0777 made 0750')
+
     def test_second_instance_refuses_the_control_socket(self):
         b = self.broker()
         r = subprocess.run([MCPBROKER, "-d", "-f", b.conf],
