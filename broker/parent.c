@@ -333,22 +333,14 @@ static int
 parent_recv_log(struct peer *p, struct msg *m, struct json_object *o)
 {
 	const char	*line;
-	char		 buf[LOG_LINE_MAX], *c;
+	char		 buf[LOG_LINE_MAX];
 	int64_t		 pri;
 
 	(void)m;
 	if (json_get_int(o, "priority", 0, LOG_DEBUG, 0, &pri) == -1 ||
 	    json_get_str(o, "line", LOG_LINE_MAX, 0, &line) == -1)
 		return -1;
-	snprintf(buf, sizeof(buf), "%s", line);
-	for (c = buf; *c != '\0'; c++)
-		if ((unsigned char)*c < 0x20 || *c == 0x7f)
-			*c = '?';
-	if (strncmp(buf, p->p_name, strlen(p->p_name)) != 0) {
-		log_line((int)pri, buf);	/* still keep it, marked */
-		log_warnx("log line from %s without its name", p->p_name);
-		return 0;
-	}
+	log_child_line(p->p_name, line, buf, sizeof(buf));
 	log_line((int)pri, buf);
 	return 0;
 }

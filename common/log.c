@@ -244,6 +244,25 @@ log_escape(const char *src, char *dst, size_t dstlen)
 	dst[o] = '\0';
 }
 
+/*
+ * A compromised child may send raw control bytes, or another process's
+ * name: its line is escaped as our own are, and one that does not begin
+ * with "NAME: " gets that put in front, so that no child speaks for
+ * another ("worker a" writing "worker ab: ..." included).
+ */
+void
+log_child_line(const char *name, const char *line, char *dst, size_t dstlen)
+{
+	size_t n = strlen(name), o = 0;
+
+	if (dstlen == 0)
+		return;
+	if (strncmp(line, name, n) != 0 || strncmp(line + n, ": ", 2) != 0)
+		o = (size_t)snprintf(dst, dstlen, "%s: ", name);
+	if (o < dstlen)
+		log_escape(line, dst + o, dstlen - o);
+}
+
 /* Format "proc: message[: strerror]" and emit it; long lines are cut. */
 static void
 vlog(int priority, int with_errno, const char *fmt, va_list ap)

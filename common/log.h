@@ -33,6 +33,9 @@ const char *log_procname(void);
 void	log_line(int priority, const char *line);
 /* src with control characters and non-UTF-8 bytes escaped (\n, \x1b). */
 void	log_escape(const char *src, char *dst, size_t dstlen);
+/* A child's line as the parent logs it: escaped, under the child's name. */
+void	log_child_line(const char *name, const char *line, char *dst,
+	    size_t dstlen);
 
 void	log_warn(const char *, ...) __attribute__((format(printf, 1, 2)));
 void	log_warnx(const char *, ...) __attribute__((format(printf, 1, 2)));

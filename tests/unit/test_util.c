@@ -295,6 +295,32 @@ test_log_lines_escape_control_characters(void **state)
 	log_set_sink(NULL);
 }
 
+static void
+test_child_lines_keep_their_name(void **state)
+{
+	static const struct {
+		const char	*in, *out;
+	} cases[] = {
+		{ "worker a: hello", "worker a: hello" },
+		{ "worker ab: forged", "worker a: worker ab: forged" },
+		{ "controller: admin: user_add", "worker a: controller: admin: "
+		    "user_add" },
+		{ "worker a", "worker a: worker a" },
+		{ "worker a: \x1b[31m\r\n\x7f \xc2\x9b \xff",
+		    "worker a: \\x1b[31m\\r\\n\\x7f \\xc2\\x9b \\xff" },
+	};
+	char	out[LOG_LINE_MAX];
+	size_t	i;
+
+	(void)state;
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		log_child_line("worker a", cases[i].in, out, sizeof(out));
+		assert_string_equal(out, cases[i].out);
+	}
+	log_child_line("worker a", "x", out, 5);	/* no room for the line */
+	assert_string_equal(out, "work");
+}
+
 int
 main(void)
 {
@@ -308,6 +334,7 @@ main(void)
 		cmocka_unit_test(test_numbers_must_be_finite_json_within_64_bits),
 		cmocka_unit_test(test_utf8_valid_len_is_strict),
 		cmocka_unit_test(test_utf8_repaired_keeps_the_good_bytes),
+		cmocka_unit_test(test_child_lines_keep_their_name),
 		cmocka_unit_test(test_log_lines_escape_control_characters),
 	};
 
