@@ -261,6 +261,21 @@ class BadInputTest(unittest.TestCase):
                 b"Content-Length: %d\r\n\r\n" % (MAX_BODY * 100))
             self.assertTrue(got.startswith(b"HTTP/1.1 413 "), got)
             self.assertTrue(closed)
+            # The connection stays usable, and the refused body is not
+            # read as a request of its own.
+            smuggled = b"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n"
+            body = smuggled * (MAX_BODY // len(smuggled) + 2)
+            got, _, closed = self.raw(
+                b"POST /llmchat/chat HTTP/1.1\r\nHost: x\r\n"
+                b"Content-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n%s"
+                b"GET /healthz HTTP/1.1\r\nHost: x\r\n"
+                b"Connection: close\r\n\r\n"
+                % (len(body), body))
+            self.assertTrue(closed)
+            answers = parse_responses(got)
+            self.assertEqual([a[0] for a in answers], [413, 200], got)
+            self.assertEqual(json.loads(answers[1][2]), {"status": "ok"})
 
     def test_slow_headers(self):
         """A client trickling its headers, a byte at a time but never idle
