@@ -1215,6 +1215,12 @@ handle_response(struct mcp_session *s, struct json_object *msg,
 		set_error(&err, MCP_ERR_PROTOCOL, "%s: result is not an object",
 		    pd->pd_method);
 		pending_finish(s, pd, NULL, &err);
+	} else if (!json_numbers_ok(result, 0)) {
+		/* json-c would write NaN out again: not JSON to whoever reads */
+		set_error(&err, MCP_ERR_PROTOCOL, "%s: the result holds a "
+		    "number JSON does not have (NaN, Infinity) or one beyond "
+		    "64 bits", pd->pd_method);
+		pending_finish(s, pd, NULL, &err);
 	} else
 		pending_finish(s, pd, result, NULL);
 }

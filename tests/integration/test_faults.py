@@ -350,13 +350,28 @@ class ClosedOutputTest(FaultBase):
         self.bystander_chats()
 
 
-class NotUtf8Test(FaultBase):
-    """A server whose tool list and results hold bytes that are not UTF-8.
-    The worker passes on what it can read, each bad sequence as U+FFFD; it
-    is not taken for a compromised worker and dropped."""
+class NotJsonTest(FaultBase):
+    """Servers whose output json-c reads but is not JSON: bytes that are
+    not UTF-8 (the worker passes on what it can read, each bad byte as
+    U+FFFD; it is not taken for a compromised worker and dropped), and NaN
+    (the call fails; nobody downstream gets NaN to parse)."""
 
     servers = (server_block("odd", "bad-utf8", log=True) +
-               'toolset "t" { tools "odd.*" }\n')
+               server_block("nan", "nan-result", log=True) +
+               'toolset "t" { tools "odd.*" "nan.*" }\n')
+
+    def test_nan(self):
+        status, _, data = self.mcp_call("t", "nan.echo", {"text": "hi"})
+        self.assertEqual(status, 200, data)
+        body = json.loads(data)
+        self.assertTrue(body["result"]["isError"], body)
+        self.assertIn("a number JSON does not have (NaN, Infinity)",
+                      body["result"]["content"][0]["text"])
+        status, _, data = self.mcp_call("t", "odd.echo", {"text": "ok"})
+        self.assertEqual(status, 200, data)
+        self.assertNotIn("protocol violation", self.b.log())
+        self.assertEqual(self.assert_nothing_lost()[-1]["detail"]["outcome"],
+                         "ok")
 
     def test_bytes_that_are_not_utf8(self):
         worker = self.b.processes()["worker odd"]["pid"]
@@ -369,8 +384,8 @@ class NotUtf8Test(FaultBase):
         status, doc = self.post("alice", "/llmchat/connect",
                                 {"provider": "llm"})
         self.assertEqual(status, 200, doc)
-        self.assertEqual([t["description"] for t in doc["tools"]],
-                         ["Echoes \ufffd\ufffd\ufffd\ufffd back"])
+        self.assertIn("Echoes \ufffd\ufffd\ufffd\ufffd back",
+                      [t["description"] for t in doc["tools"]])
         self.assertEqual(self.b.processes()["worker odd"]["pid"], worker)
         self.assertNotIn("protocol violation", self.b.log())
         self.assert_nothing_lost()
