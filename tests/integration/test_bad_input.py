@@ -553,18 +553,30 @@ class BadInputTest(unittest.TestCase):
             self.assertNotIn("x-injected", names)
             self.assertNotIn("mcp-session-id", names)
 
+    def test_huge_http_answer(self):
+        """An HTTP server's answer over 16 MiB fails that call alone."""
+        with Bystander(self.b):
+            r = self.b.ctl("server", "call", "params", "lookup",
+                           '{"region":"huge"}', check=False)
+            self.assertIn("the response is larger than 16 MiB",
+                          r.stdout + r.stderr)
+            r = self.b.ctl("server", "call", "params", "lookup",
+                           '{"region":"eu"}')
+            self.assertIn("eu", r.stdout)
+
     def test_param_header_injection(self):
         """x-mcp-header values with CR/LF go base64-encoded; one too long
         to fit is left out, never sent cut or raw."""
         evil = "eu\r\nX-Injected: yes"
         long_evil = "\r\nX-Injected: yes " + "a" * 1200
+        seen = len(self.params.entries())   # other tests call it too
         with Bystander(self.b):
             for value in (evil, long_evil):
                 r = self.b.ctl("server", "call", "params", "lookup",
                                json.dumps({"region": value}))
                 self.assertIn("X-Injected", r.stdout)
-        calls = [e for e in self.params.entries() if e.get("method") ==
-                 "POST" and e.get("rpc") == "tools/call"]
+        calls = [e for e in self.params.entries()[seen:] if
+                 e.get("method") == "POST" and e.get("rpc") == "tools/call"]
         self.assertEqual(len(calls), 2)
         for e in calls:
             self.assertNotIn("x-injected", [k.lower() for k, _ in
