@@ -84,7 +84,22 @@ enum verdict {
 	V_TOOL,			/* tool does not match */
 	V_COND,			/* a condition does not hold */
 	V_MAYBE,		/* listing: conditions wait for the call */
+	V_UNSURE,		/* a deny whose conditions could not be checked */
 	V_MATCH,
+};
+
+/*
+ * A condition on a call's arguments holds, does not, or cannot be told:
+ * a value of the wrong type, a NUL, a path that does not normalise (".."
+ * above its root, too long) or that is relative where the rule's is
+ * absolute.  An allow or confirm rule needs every condition to hold; a
+ * deny rule also applies when one cannot be told, so that a path the
+ * policy cannot read is not let through to a rule further down.
+ */
+enum cond_result {
+	COND_FALSE,
+	COND_TRUE,
+	COND_UNKNOWN,
 };
 
 const char *
@@ -284,61 +299,73 @@ path_normalise(const char *in, size_t len, char *out, size_t outsz)
 	return 0;
 }
 
-static int
+static enum cond_result
 path_has_prefix(const char *arg, size_t len, const char *prefix)
 {
 	char	a[POLICY_PATH_MAX + 1], p[POLICY_PATH_MAX + 1];
 	size_t	n;
 
+	if (path_normalise(prefix, strlen(prefix), p, sizeof(p)) == -1 ||
+	    p[0] == '\0')
+		return COND_FALSE;	/* the parser refuses such a prefix */
 	if (path_normalise(arg, len, a, sizeof(a)) == -1 ||
-	    path_normalise(prefix, strlen(prefix), p, sizeof(p)) == -1)
-		return 0;
-	if (p[0] == '\0' || (a[0] == '/') != (p[0] == '/'))
-		return 0;
+	    (a[0] == '/') != (p[0] == '/'))
+		return COND_UNKNOWN;
 	if (strcmp(p, "/") == 0)
-		return 1;
+		return COND_TRUE;
 	n = strlen(p);
-	return strncmp(a, p, n) == 0 && (a[n] == '\0' || a[n] == '/');
+	return strncmp(a, p, n) == 0 && (a[n] == '\0' || a[n] == '/') ?
+	    COND_TRUE : COND_FALSE;
+}
+
+static enum cond_result
+cond_bool(int holds)
+{
+	return holds ? COND_TRUE : COND_FALSE;
 }
 
 /* Conditions */
 
-static int
-cond_holds(const struct policy_cond *pc, struct json_object *args)
+/* An argument the call does not have is one no condition holds for. */
+static enum cond_result
+cond_eval(const struct policy_cond *pc, struct json_object *args)
 {
 	struct json_object	*v;
 	const char		*s;
 	size_t			 len;
 
-	if (!json_object_is_type(args, json_type_object) ||
-	    !json_object_object_get_ex(args, pc->pc_arg, &v))
-		return 0;
+	if (!json_object_is_type(args, json_type_object))
+		return COND_UNKNOWN;
+	if (!json_object_object_get_ex(args, pc->pc_arg, &v))
+		return COND_FALSE;
 	if (pc->pc_op == COND_MAX_LENGTH) {
 		if (json_object_is_type(v, json_type_string))
 			len = (size_t)json_object_get_string_len(v);
 		else if (json_object_to_json_string_length(v,
 		    JSON_C_TO_STRING_PLAIN, &len) == NULL)
-			return 0;
-		return pc->pc_num >= 0 && len <= (unsigned long long)pc->pc_num;
+			return COND_UNKNOWN;
+		return cond_bool(pc->pc_num >= 0 &&
+		    len <= (unsigned long long)pc->pc_num);
 	}
 	if (!json_object_is_type(v, json_type_string) || pc->pc_value == NULL)
-		return 0;
+		return COND_UNKNOWN;
 	s = json_object_get_string(v);
 	len = (size_t)json_object_get_string_len(v);
 	if (memchr(s, '\0', len) != NULL)
-		return 0;
+		return COND_UNKNOWN;
 	switch (pc->pc_op) {
 	case COND_PREFIX:
 		return path_has_prefix(s, len, pc->pc_value);
 	case COND_EQUALS:
-		return len == strlen(pc->pc_value) &&
-		    memcmp(s, pc->pc_value, len) == 0;
+		return cond_bool(len == strlen(pc->pc_value) &&
+		    memcmp(s, pc->pc_value, len) == 0);
 	case COND_MATCHES:
-		return glob_match(pc->pc_value, strlen(pc->pc_value), s, len);
+		return cond_bool(glob_match(pc->pc_value, strlen(pc->pc_value),
+		    s, len));
 	case COND_MAX_LENGTH:
 		break;
 	}
-	return 0;
+	return COND_UNKNOWN;
 }
 
 static enum verdict
@@ -347,6 +374,7 @@ rule_verdict(const struct policy_rule *r, enum policy_kind kind,
     struct json_object *args)
 {
 	const struct policy_cond	*pc;
+	enum verdict			 v = V_MATCH;
 
 	if (!subject_matches(r, c))
 		return V_SUBJECT;
@@ -357,9 +385,18 @@ rule_verdict(const struct policy_rule *r, enum policy_kind kind,
 	if (args == NULL)
 		return V_MAYBE;
 	TAILQ_FOREACH(pc, &r->pr_conds, pc_entry)
-		if (!cond_holds(pc, args))
+		switch (cond_eval(pc, args)) {
+		case COND_FALSE:
 			return V_COND;
-	return V_MATCH;
+		case COND_UNKNOWN:
+			if (r->pr_action != POLICY_DENY)
+				return V_COND;
+			v = V_UNSURE;
+			break;
+		case COND_TRUE:
+			break;
+		}
+	return v;
 }
 
 /* Rate limits */
@@ -502,6 +539,8 @@ decide_rule(const struct policy_rule *r, enum verdict v, int listing,
 	    action_done_str(r->pr_action),
 	    r->pr_file != NULL ? r->pr_file : "?", r->pr_line,
 	    v == V_MAYBE ? " if its argument conditions hold" :
+	    v == V_UNSURE ? ": an argument could not be checked against its "
+	    "conditions" :
 	    listing && r->pr_rate_count != 0 ?
 	    " (rate limit applies per call)" : "");
 }
@@ -537,7 +576,7 @@ first_rule(const struct policy_rule_list *rules, enum policy_kind kind,
 		return NULL;
 	TAILQ_FOREACH(r, rules, pr_entry) {
 		v = rule_verdict(r, kind, c, tool_id, args);
-		if (v == V_MATCH || (v == V_MAYBE &&
+		if (v == V_MATCH || v == V_UNSURE || (v == V_MAYBE &&
 		    r->pr_action != POLICY_DENY)) {
 			*vp = v;
 			return r;
@@ -677,8 +716,8 @@ explain_rule(FILE *out, const struct policy_rule *r,
 		fputs(", argument conditions checked at call time", out);
 	if (v == V_MAYBE && r->pr_action == POLICY_DENY) {
 		if (!decided)
-			fputs(" (denies only calls they match; evaluation "
-			    "goes on)", out);
+			fputs(" (denies calls they match, or that cannot be "
+			    "checked against them; evaluation goes on)", out);
 	} else if ((v == V_MAYBE || v == V_MATCH) && !decided) {
 		fprintf(out, " -> decides: %s", policy_action_str(r->pr_action));
 		if (r->pr_rate_count != 0)

@@ -559,6 +559,70 @@ test_missing_and_mistyped_arguments(void **state)
 	config_free(conf);
 }
 
+/*
+ * A deny rule applies to a call it cannot check: a path that does not
+ * normalise or is relative, a value of another type, a NUL.  Without
+ * that, the allow rule below it let such a call through.
+ */
+static void
+test_deny_what_cannot_be_checked(void **state)
+{
+	static const char *const denied[] = {
+		"{\"path\":\"/etc/shadow\"}",
+		"{\"path\":\"/../etc/shadow\"}",		/* .. above / */
+		"{\"path\":\"etc/shadow\"}",		/* relative */
+		"{\"path\":\"./etc/shadow\"}",
+		"{\"path\":[\"/etc/shadow\"]}",		/* not a string */
+		"{\"path\":{\"p\":\"/etc/shadow\"}}",
+		"{\"path\":7}",
+		"{\"path\":\"/etc/shadow\\u0000x\"}",	/* a NUL */
+		"[\"/etc/shadow\"]",			/* not an object */
+	};
+	static const char *const allowed[] = {
+		"{\"path\":\"/srv/a\"}",
+		"{\"path\":\"/etc2/a\"}",
+		"{\"path\":\"/srv/../srv/a\"}",
+		"{}",					/* no path to check */
+		"{\"other\":\"/etc/shadow\"}",
+	};
+	struct mcpbroker_conf	*conf;
+	struct json_object	*args;
+	struct policy_decision	 d;
+	char			*big;
+	size_t			 i;
+
+	(void)state;
+	conf = conf_of("deny tool \"files.*\" where path prefix \"/etc\"\n"
+	    "allow tool \"files.*\"\n");
+	for (i = 0; i < sizeof(denied) / sizeof(denied[0]); i++)
+		if (decide(conf, &alice, "files.read_file", denied[i]) !=
+		    POLICY_DENY)
+			fail_msg("arguments %s were allowed", denied[i]);
+	for (i = 0; i < sizeof(allowed) / sizeof(allowed[0]); i++)
+		if (decide(conf, &alice, "files.read_file", allowed[i]) !=
+		    POLICY_ALLOW)
+			fail_msg("arguments %s were denied", allowed[i]);
+	/* Too long to normalise: the deny rule says so. */
+	big = malloc(POLICY_PATH_MAX + 64);
+	assert_non_null(big);
+	memset(big, 'a', POLICY_PATH_MAX + 63);
+	big[0] = '/';
+	big[POLICY_PATH_MAX + 63] = '\0';
+	args = json_object_new_object();
+	json_object_object_add(args, "path", json_object_new_string(big));
+	policy_decide(&conf->c_rules, &alice, "files.read_file", args, T0, &d);
+	assert_int_equal(d.pd_action, POLICY_DENY);
+	assert_non_null(strstr(d.pd_reason, "could not be checked"));
+	json_object_put(args);
+	free(big);
+	config_free(conf);
+	/* An allow rule still needs its conditions to hold. */
+	conf = conf_of("allow tool \"files.*\" where path prefix \"/srv\"\n");
+	assert_int_equal(decide(conf, &alice, "files.read_file",
+	    "{\"path\":\"/../srv/a\"}"), POLICY_DENY);
+	config_free(conf);
+}
+
 static void
 test_listing(void **state)
 {
@@ -771,8 +835,8 @@ test_explain(void **state)
 	    "match\n"
 	    "t.conf:3: deny tool \"files.read_file\" where \"path\" prefix "
 	    "\"/srv/secret\": subject matches, tool matches, argument "
-	    "conditions checked at call time (denies only calls they match; "
-	    "evaluation goes on)\n"
+	    "conditions checked at call time (denies calls they match, or "
+	    "that cannot be checked against them; evaluation goes on)\n"
 	    "t.conf:4: allow role \"analyst\" tool \"files.read_file\" where "
 	    "\"path\" prefix \"/srv/share/public/\" rate 30/minute: subject "
 	    "matches, tool matches, argument conditions checked at call time "
@@ -886,6 +950,7 @@ main(void)
 		cmocka_unit_test(test_no_match_denies),
 		cmocka_unit_test(test_subjects),
 		cmocka_unit_test(test_tool_globs),
+		cmocka_unit_test(test_deny_what_cannot_be_checked),
 		cmocka_unit_test(test_prefix_traversal),
 		cmocka_unit_test(test_prefix_other_roots),
 		cmocka_unit_test(test_prefix_long_paths),
