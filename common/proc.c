@@ -197,11 +197,42 @@ proc_closefrom(int lowfd)
 }
 
 /* In the new child: a clean descriptor table, then exec ourselves. */
+/*
+ * What a child's environment keeps of the parent's: the CA file OpenSSL
+ * would read, and the sanitizers' options.  Nothing else: a key given
+ * with api-key-env or bearer-token-env reaches its process through the
+ * configuration, and the frontend and the workers never see the others.
+ */
+static const char *const env_kept[] = {
+	"SSL_CERT_FILE", "SSL_CERT_DIR", "ASAN_OPTIONS", "UBSAN_OPTIONS",
+	"LSAN_OPTIONS",
+};
+#define ENV_KEPT	(sizeof(env_kept) / sizeof(env_kept[0]))
+
+static void
+child_env(char *env[ENV_KEPT + 1])
+{
+	extern char	**environ;
+	char		**e;
+	size_t		  i, n = 0, len;
+
+	for (i = 0; i < ENV_KEPT; i++) {
+		len = strlen(env_kept[i]);
+		for (e = environ; *e != NULL; e++)
+			if (strncmp(*e, env_kept[i], len) == 0 &&
+			    (*e)[len] == '=') {
+				env[n++] = *e;
+				break;
+			}
+	}
+	env[n] = NULL;
+}
+
 static void __attribute__((noreturn))
 proc_exec_child(const char *self, enum proc_kind kind, const char *name,
     int chan, int note, int foreground, int verbose)
 {
-	char		*argv[12];
+	char		*argv[12], *env[ENV_KEPT + 1];
 	char		 vflags[8] = "-";
 	int		 argc = 0, i, devnull;
 	sigset_t	 all;
@@ -243,7 +274,8 @@ proc_exec_child(const char *self, enum proc_kind kind, const char *name,
 	if (log_get_json())
 		argv[argc++] = "-J";
 	argv[argc] = NULL;
-	execv(self, argv);
+	child_env(env);
+	execve(self, argv, env);
 	_exit(127);
 }
 

@@ -278,6 +278,27 @@ class DaemonTest(unittest.TestCase):
                         if line.startswith("Max core file size")]
             self.assertEqual(core, [["0", "0"]], pid)
 
+    @unittest.skipUnless(os.geteuid() == 0, "reading a non-dumpable "
+                         "process's environment needs root")
+    def test_children_get_none_of_the_parents_environment(self):
+        """A key given with api-key-env is the parent's to read: the
+        frontend and the workers must not hold it, nor anything else of
+        the environment but the CA file and sanitizer options."""
+        os.environ["MCPBROKER_TEST_SECRET"] = "s3cret"
+        self.addCleanup(os.environ.pop, "MCPBROKER_TEST_SECRET")
+        b = self.broker(TWO_SERVERS + 'provider "p" { type openai '
+                        'base-url "http://127.0.0.1:1/v1" model "m" '
+                        'api-key-env "MCPBROKER_TEST_SECRET" }\n')
+        kept = {"SSL_CERT_FILE", "SSL_CERT_DIR", "ASAN_OPTIONS",
+                "UBSAN_OPTIONS", "LSAN_OPTIONS"}
+        for pid in b.child_pids():
+            with open("/proc/%d/environ" % pid, "rb") as f:
+                env = f.read()
+            self.assertNotIn(b"s3cret", env, pid)
+            names = {e.split(b"=", 1)[0].decode() for e in env.split(b"\0")
+                     if e}
+            self.assertLessEqual(names, kept, pid)
+
     @unittest.skipUnless(os.geteuid() == 0, "needs root")
     def test_as_root_children_run_as_nobody_without_privileges(self):
         b = self.broker(user="nobody")
