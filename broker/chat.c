@@ -1751,6 +1751,25 @@ session_identity(struct session *s, const struct store_user *u)
 		s->s_roles[s->s_nroles++] = r;
 }
 
+/*
+ * The caller's session: the one of their name, begun under their tenant
+ * (a name from another tenant, or from the identity provider for one
+ * made locally, is not the same user).  Its roles become the caller's
+ * now, not those they had at connect: a token or a user whose roles were
+ * taken away does not keep them for the life of a session.
+ */
+static struct session *
+session_of(const struct store_user *u)
+{
+	struct session *s;
+
+	if ((s = session_find(u->su_name)) == NULL ||
+	    strcmp(s->s_tenant, u->su_tenant) != 0)
+		return NULL;
+	session_identity(s, u);
+	return s;
+}
+
 /* A user authenticated and started a session. */
 static void
 audit_session(struct session *s)
@@ -1801,7 +1820,8 @@ chat_connect(uint64_t id, const struct store_user *u,
 	}
 	/* Someone else's conversation or none: the same answer. */
 	if (resume != NULL && (!conv_id_valid(resume) || conv_get(resume,
-	    &cv) == -1 || strcmp(cv.cv_user, user) != 0)) {
+	    &cv) == -1 || strcmp(cv.cv_user, user) != 0 ||
+	    strcmp(cv.cv_tenant, u->su_tenant) != 0)) {
 		api_error(id, 404, "not_found", "no such conversation");
 		return;
 	}
@@ -1857,7 +1877,7 @@ chat_connect(uint64_t id, const struct store_user *u,
 }
 
 void
-chat_send(uint64_t id, const char *user, struct json_object *body)
+chat_send(uint64_t id, const struct store_user *u, struct json_object *body)
 {
 	struct session		*s;
 	struct turn		*t;
@@ -1866,7 +1886,7 @@ chat_send(uint64_t id, const char *user, struct json_object *body)
 	const char		*message;
 	int			 streaming;
 
-	if ((s = session_find(user)) == NULL) {
+	if ((s = session_of(u)) == NULL) {
 		api_error(id, 409, "not_connected", "connect first: POST "
 		    "/llmchat/connect");
 		return;
@@ -1924,9 +1944,9 @@ chat_send(uint64_t id, const char *user, struct json_object *body)
 }
 
 void
-chat_stop(uint64_t id, const char *user)
+chat_stop(uint64_t id, const struct store_user *u)
 {
-	struct session		*s = session_find(user);
+	struct session		*s = session_of(u);
 	struct json_object	*r = json_object_new_object();
 
 	json_object_object_add(r, "stopped", json_object_new_boolean(s !=
@@ -1957,9 +1977,9 @@ chat_request_gone(uint64_t id)
  * answer holds only for exactly those arguments: anything else refuses.
  */
 void
-chat_approve(uint64_t id, const char *user, struct json_object *body)
+chat_approve(uint64_t id, const struct store_user *u, struct json_object *body)
 {
-	struct session		*s = session_find(user);
+	struct session		*s = session_of(u);
 	struct json_object	*input = NULL, *r, *args;
 	struct turn		*t;
 	struct call		*c = NULL;
@@ -2005,9 +2025,9 @@ chat_approve(uint64_t id, const char *user, struct json_object *body)
 }
 
 void
-chat_disconnect(uint64_t id, const char *user)
+chat_disconnect(uint64_t id, const struct store_user *u)
 {
-	struct session		*s = session_find(user);
+	struct session		*s = session_of(u);
 	struct json_object	*r = json_object_new_object();
 
 	if (s != NULL)
@@ -2018,29 +2038,29 @@ chat_disconnect(uint64_t id, const char *user)
 }
 
 void
-chat_status(uint64_t id, const char *user)
+chat_status(uint64_t id, const struct store_user *u)
 {
 	struct json_object *r = json_object_new_object();
 
-	json_object_object_add(r, "user_id", json_object_new_string(user));
+	json_object_object_add(r, "user_id", json_object_new_string(u->su_name));
 	json_object_object_add(r, "connected", json_object_new_boolean(
-	    session_find(user) != NULL));
+	    session_of(u) != NULL));
 	api_reply(id, 200, r);
 }
 
 void
-chat_config(uint64_t id, const char *user)
+chat_config(uint64_t id, const struct store_user *u)
 {
-	struct session		*s = session_find(user);
+	struct session		*s = session_of(u);
 	struct json_object	*r, *cfg;
 
 	if (s == NULL) {
-		api_error(id, 404, "not_connected", "no session for %s", user);
+		api_error(id, 404, "not_connected", "no session for %s", u->su_name);
 		return;
 	}
 	r = json_object_new_object();
 	cfg = json_object_new_object();
-	json_object_object_add(r, "user_id", json_object_new_string(user));
+	json_object_object_add(r, "user_id", json_object_new_string(u->su_name));
 	json_object_object_add(r, "provider", json_object_new_string(
 	    s->s_provider));
 	json_object_object_add(r, "model", json_object_new_string(
@@ -2075,14 +2095,14 @@ role_str(enum chat_role r)
 }
 
 void
-chat_history(uint64_t id, const char *user, int clear)
+chat_history(uint64_t id, const struct store_user *u, int clear)
 {
-	struct session		*s = session_find(user);
+	struct session		*s = session_of(u);
 	struct json_object	*r, *arr, *m;
 	size_t			 i;
 
 	if (s == NULL) {
-		api_error(id, 404, "not_connected", "no session for %s", user);
+		api_error(id, 404, "not_connected", "no session for %s", u->su_name);
 		return;
 	}
 	r = json_object_new_object();

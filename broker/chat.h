@@ -16,13 +16,15 @@ struct store_user;
 /* connect takes the whole caller: tenant and roles decide its tools. */
 void	chat_connect(uint64_t id, const struct store_user *,
 	    struct json_object *body);
-void	chat_send(uint64_t id, const char *user, struct json_object *body);
-void	chat_stop(uint64_t id, const char *user);
-void	chat_approve(uint64_t id, const char *user, struct json_object *body);
-void	chat_disconnect(uint64_t id, const char *user);
-void	chat_status(uint64_t id, const char *user);
-void	chat_config(uint64_t id, const char *user);
-void	chat_history(uint64_t id, const char *user, int clear);
+void	chat_send(uint64_t id, const struct store_user *,
+	    struct json_object *body);
+void	chat_stop(uint64_t id, const struct store_user *);
+void	chat_approve(uint64_t id, const struct store_user *,
+	    struct json_object *body);
+void	chat_disconnect(uint64_t id, const struct store_user *);
+void	chat_status(uint64_t id, const struct store_user *);
+void	chat_config(uint64_t id, const struct store_user *);
+void	chat_history(uint64_t id, const struct store_user *, int clear);
 /* The client of request id went away: stop its turn, if it has one. */
 void	chat_request_gone(uint64_t id);
 /*

@@ -56,7 +56,7 @@ r_chat(uint64_t id, const struct store_user *u, const char *rest,
     struct json_object *body)
 {
 	(void)rest;
-	chat_send(id, u->su_name, body);
+	chat_send(id, u, body);
 }
 
 static void
@@ -65,7 +65,7 @@ r_stop(uint64_t id, const struct store_user *u, const char *rest,
 {
 	(void)rest;
 	(void)body;
-	chat_stop(id, u->su_name);
+	chat_stop(id, u);
 }
 
 static void
@@ -73,7 +73,7 @@ r_approve(uint64_t id, const struct store_user *u, const char *rest,
     struct json_object *body)
 {
 	(void)rest;
-	chat_approve(id, u->su_name, body);
+	chat_approve(id, u, body);
 }
 
 static void
@@ -82,7 +82,7 @@ r_disconnect(uint64_t id, const struct store_user *u, const char *rest,
 {
 	(void)rest;
 	(void)body;
-	chat_disconnect(id, u->su_name);
+	chat_disconnect(id, u);
 }
 
 /* Another user's session is not the caller's business (no admins yet). */
@@ -101,7 +101,7 @@ r_status(uint64_t id, const struct store_user *u, const char *rest,
 {
 	(void)body;
 	if (own(id, u->su_name, rest))
-		chat_status(id, u->su_name);
+		chat_status(id, u);
 }
 
 static void
@@ -110,7 +110,7 @@ r_config(uint64_t id, const struct store_user *u, const char *rest,
 {
 	(void)body;
 	if (own(id, u->su_name, rest))
-		chat_config(id, u->su_name);
+		chat_config(id, u);
 }
 
 static void
@@ -119,7 +119,7 @@ r_history(uint64_t id, const struct store_user *u, const char *rest,
 {
 	(void)rest;
 	(void)body;
-	chat_history(id, u->su_name, 0);
+	chat_history(id, u, 0);
 }
 
 static void
@@ -128,7 +128,7 @@ r_history_clear(uint64_t id, const struct store_user *u, const char *rest,
 {
 	(void)rest;
 	(void)body;
-	chat_history(id, u->su_name, 1);
+	chat_history(id, u, 1);
 }
 
 /* The server's tools the caller's policy may let it use, less withheld. */

@@ -293,10 +293,18 @@ conv_markdown(struct json_object *c)
 
 /* ---- the API ---- */
 
+/* A name is a user within a tenant: one of another tenant is another. */
+static int
+owns(const struct store_user *u, const struct conv_meta *cv)
+{
+	return strcmp(u->su_name, cv->cv_user) == 0 &&
+	    strcmp(u->su_tenant, cv->cv_tenant) == 0;
+}
+
 static int
 may_see(const struct store_user *u, const struct conv_meta *cv)
 {
-	return strcmp(u->su_name, cv->cv_user) == 0 ||
+	return owns(u, cv) ||
 	    user_has_role(u, "admin") || (user_has_role(u, "tenant-admin") &&
 	    strcmp(u->su_tenant, cv->cv_tenant) == 0);
 }
@@ -307,7 +315,7 @@ conv_for(uint64_t id, const struct store_user *u, const char *conv,
     int owner_only, struct conv_meta *cv)
 {
 	if (conv_id_valid(conv) && conv_get(conv, cv) == 0 &&
-	    (owner_only ? strcmp(u->su_name, cv->cv_user) == 0 :
+	    (owner_only ? owns(u, cv) :
 	    may_see(u, cv)))
 		return 0;
 	api_error(id, 404, "not_found", "no such conversation");
@@ -473,6 +481,7 @@ cursor_parse(const char *s, int64_t *updated, char *conv)
 
 struct list_query {
 	const char	*lq_user;
+	const char	*lq_tenant;
 	char		*lq_like;		/* NULL: no search */
 	int64_t		 lq_updated;		/* cursor, or -1 */
 	char		 lq_id[CONV_ID_LEN + 1];
@@ -487,7 +496,8 @@ list_statement(const struct list_query *lq)
 	if ((st = store_prepare("SELECT c.id, c.user, c.tenant, c.provider, "
 	    "c.model, c.toolset, c.title, c.created, c.updated, (SELECT "
 	    "COUNT(*) FROM messages m WHERE m.conversation = c.id) FROM "
-	    "conversations c WHERE c.user = ?1 AND (?2 < 0 OR c.updated < ?2 "
+	    "conversations c WHERE c.user = ?1 AND c.tenant = ?6 AND (?2 < 0 "
+	    "OR c.updated < ?2 "
 	    "OR (c.updated = ?2 AND c.id < ?3)) AND (?4 IS NULL OR c.title "
 	    "LIKE ?4 ESCAPE '\\' OR EXISTS (SELECT 1 FROM messages m WHERE "
 	    "m.conversation = c.id AND m.content LIKE ?4 ESCAPE '\\')) "
@@ -498,6 +508,7 @@ list_statement(const struct list_query *lq)
 	store_bind_str(st, 3, lq->lq_id);
 	store_bind_str(st, 4, lq->lq_like);
 	sqlite3_bind_int64(st, 5, lq->lq_limit + 1);
+	store_bind_str(st, 6, lq->lq_tenant);
 	return st;
 }
 
@@ -548,6 +559,7 @@ conv_api_list(uint64_t id, const struct store_user *u, const char *query)
 		return;
 	memset(&lq, 0, sizeof(lq));
 	lq.lq_user = u->su_name;
+	lq.lq_tenant = u->su_tenant;
 	lq.lq_updated = -1;
 	if (query_int(id, &q, "limit", 1, LIST_MAX, LIST_DEFAULT,
 	    &lq.lq_limit) == -1)
@@ -586,7 +598,7 @@ conv_api_get(uint64_t id, const struct store_user *u, const char *conv,
 	    parse_query(id, query, &q) == -1)
 		return;
 	if (query_int(id, &q, "after", 0, INT64_MAX, 0, &after) == 0) {
-		if (strcmp(u->su_name, cv.cv_user) != 0 &&
+		if (!owns(u, &cv) &&
 		    audit_access(u, &cv, "read") == -1)
 			api_error(id, 503, "audit", "the access could not be "
 			    "recorded; nothing was read");
@@ -692,7 +704,7 @@ conv_api_export(uint64_t id, const struct store_user *u, const char *conv,
 		format = "json";
 	if (strcmp(format, "json") != 0 && strcmp(format, "md") != 0)
 		api_error(id, 422, "invalid_field", "\"format\": json or md");
-	else if (strcmp(u->su_name, cv.cv_user) != 0 &&
+	else if (!owns(u, &cv) &&
 	    audit_access(u, &cv, "export") == -1)
 		api_error(id, 503, "audit", "the access could not be recorded; "
 		    "nothing was exported");

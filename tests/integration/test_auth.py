@@ -15,6 +15,7 @@ import time
 import unittest
 
 from broker import MCPBROKER, Broker, wait_for
+from llmfixtures import KEY, PROVIDERS, FakeLLM
 from mcpfixtures import hostile_cmd
 
 
@@ -246,7 +247,7 @@ class JwtTest(unittest.TestCase):
     def tearDownClass(cls):
         shutil.rmtree(cls.keydir, ignore_errors=True)
 
-    def start(self, api_keys=True, jwks=None, wait_ready=True):
+    def start(self, api_keys=True, jwks=None, wait_ready=True, extra=""):
         self.jwks = os.path.join(self.keydir, "jwks-%s.json" % self.id())
         with open(self.jwks, "w") as f:
             f.write(json.dumps(jwks or self.keys.jwks(), indent=1))
@@ -255,10 +256,11 @@ class JwtTest(unittest.TestCase):
                         'tenant-claim "org"\n}\n'
                         'server "h" { command %s }\n'
                         'allow role "analyst" tool "h.echo"\n'
-                        'allow role "ops" tool "h.*"\n'
+                        'allow role "ops" tool "h.*"\n%s'
                         % ("\tapi-keys\n" if api_keys else "", ISS, AUD,
                            self.jwks, " ".join('"%s"' % a for a in
-                                               hostile_cmd("slow-call"))))
+                                               hostile_cmd("slow-call")),
+                           extra))
         self.addCleanup(self.b.stop)
         self.b.start(wait_ready=wait_ready)
         return self.b
@@ -308,6 +310,54 @@ class JwtTest(unittest.TestCase):
         # no roles, no tools (no match = deny)
         none = self.assert_fits(k.sign("ES256", {"alg": "ES256"}, claims()))
         self.assertEqual(self.tools(none), [])
+
+    def post(self, path, body, bearer):
+        status, _, data = self.b.request(
+            "POST", path, json.dumps(body), {
+                "Authorization": "Bearer " + bearer,
+                "Content-Type": "application/json"}, timeout=30)
+        return status, json.loads(data)
+
+    def test_a_name_in_another_tenant_is_another_user(self):
+        """A local user given a token user's name, in another tenant, gets
+        neither that user's chat session nor its conversations; and a
+        token's roles are read at each message, not kept from connect."""
+        llm = FakeLLM()
+        self.addCleanup(llm.stop)
+        os.environ["FAKE_LLM_KEY"] = KEY
+        self.start(extra='provider "llm" { %s }\n'
+                   % (PROVIDERS["openai"] % llm.port))
+        jane = self.keys.sign("HS256", {"alg": "HS256", "kid": "h"},
+                              claims(groups=["ops"], org="acme"))
+        status, doc = self.post("/llmchat/connect", {"provider": "llm"}, jane)
+        self.assertEqual(status, 200, doc)
+        conv = doc["conversation_id"]
+        llm.script({"text": "hello jane"})
+        status, doc = self.post("/llmchat/chat", {"message": "hi",
+                                                  "streaming": False}, jane)
+        self.assertEqual((status, doc.get("content")), (200, "hello jane"))
+        squat = self.b.ctl("user", "add", "-t", "evil", "-r", "ops",
+                           "jane").stdout.strip().splitlines()[-1]
+        status, doc = self.post("/llmchat/chat", {"message": "hi",
+                                                  "streaming": False}, squat)
+        self.assertEqual((status, doc["error"]["code"]),
+                         (409, "not_connected"))
+        self.assertEqual(self.call("/llmchat/history", squat)[0], 404)
+        self.assertEqual(self.call("/api/v1/conversations", squat)[2]
+                         ["conversations"], [])
+        self.assertEqual(self.call("/api/v1/conversations/" + conv,
+                                   squat)[0], 404)
+        self.assertEqual(len(self.call("/api/v1/conversations", jane)[2]
+                             ["conversations"]), 1)
+        # the same session, on a token that no longer carries "ops"
+        bare = self.keys.sign("HS256", {"alg": "HS256", "kid": "h"},
+                              claims(groups=["analyst"], org="acme"))
+        llm.script({"tool_calls": [{"name": "h__slow", "arguments": {}}]},
+                   {"echo_tool_result": True})
+        status, doc = self.post("/llmchat/chat", {"message": "go",
+                                                  "streaming": False}, bare)
+        self.assertEqual(status, 200, doc)
+        self.assertIn("refused by policy", json.dumps(doc))
 
     def test_tenant_admin_role_and_tenant_claim(self):
         self.start()
