@@ -805,8 +805,17 @@ store_user_add(const char *name, const char *tenant, const char *roles,
     char *key, char *why, size_t whylen)
 {
 	sqlite3_stmt	*st;
+	const char	*p;
+	size_t		 nroles = 0;
 	int		 rc;
 
+	/* Policy sees no more; a deny for the 17th would silently not hold. */
+	for (p = roles; *p != '\0'; p += strcspn(p, ","), p += *p == ',')
+		nroles += p[0] != ',';
+	if (nroles > USER_ROLES_MAX) {
+		snprintf(why, whylen, "at most %d roles", USER_ROLES_MAX);
+		return -1;
+	}
 	if (sqlite3_prepare_v2(db, "INSERT INTO users (name, tenant, roles, "
 	    "created) VALUES (?, ?, ?, ?)", -1, &st, NULL) != SQLITE_OK) {
 		snprintf(why, whylen, "database: %s", sqlite3_errmsg(db));

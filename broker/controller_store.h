@@ -18,6 +18,9 @@ struct sqlite3;
 #define KEY_ID_LEN		12	/* public part, for lookup */
 #define KEY_MAX			128
 
+/* What a policy caller carries, as a token's (JWT_ROLES_MAX). */
+#define USER_ROLES_MAX	16
+
 struct store_user {
 	char	su_name[65];
 	char	su_tenant[65];

@@ -88,6 +88,12 @@ class ApiKeyTest(unittest.TestCase):
         self.assertEqual(r.returncode, 1)
         r = self.b.ctl("user", "del", "nobody-here", check=False)
         self.assertEqual(r.returncode, 1)
+        # policy sees 16 roles: a 17th (a deny for it) would not hold
+        roles = ",".join("r%d" % i for i in range(17))
+        r = self.b.ctl("user", "add", "-r", roles, "erin", check=False)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("at most 16 roles", r.stderr)
+        self.add("erin", "-r", roles.rsplit(",", 1)[0])
         # A bad admin request is answered, not fatal to the daemon.
         self.assertEqual(self.b.get("/healthz")[0], 200)
 
