@@ -273,6 +273,8 @@ print_globals(FILE *fp, const struct mcpbroker_conf *conf)
 	char				 b[32];
 
 	print_kv(fp, "", "user", conf->c_user);
+	if (conf->c_instance_user != NULL)
+		print_kv(fp, "", "instance-user", conf->c_instance_user);
 	print_kv(fp, "", "state-dir", conf->c_state_dir);
 	print_kv(fp, "", "control socket", conf->c_control_path);
 	fprintf(fp, "log-format %s\n", conf->c_log_json ? "json" : "text");
@@ -998,6 +1000,7 @@ config_free(struct mcpbroker_conf *conf)
 	free(jw->jw_user_claim);
 	strv_free(conf->c_auth.au_origins, conf->c_auth.au_norigins);
 	free(conf->c_user);
+	free(conf->c_instance_user);
 	free(conf->c_state_dir);
 	free(conf->c_control_path);
 	free(conf);

@@ -254,6 +254,7 @@ TAILQ_HEAD(retention_list, retention_conf);
 
 struct mcpbroker_conf {
 	char			*c_user;
+	char			*c_instance_user;	/* NULL: c_user */
 	char			*c_state_dir;
 	char			*c_control_path;
 	struct listen_list	 c_listens;

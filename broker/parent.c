@@ -52,6 +52,8 @@ static struct {
 	struct mcpbroker_conf	*conf;
 	uid_t			 uid;
 	gid_t			 gid;
+	uid_t			 inst_uid;	/* stdio server instances */
+	gid_t			 inst_gid;
 	struct child_list	 children;
 	struct listener		 listeners[MAX_LISTENERS];
 	size_t			 nlisteners;
@@ -484,6 +486,13 @@ parent_run_ids(uid_t *uid, gid_t *gid)
 }
 
 void
+parent_instance_ids(uid_t *uid, gid_t *gid)
+{
+	*uid = parent.inst_uid;
+	*gid = parent.inst_gid;
+}
+
+void
 describe_status(int status, char *buf, size_t len)
 {
 	if (WIFEXITED(status))
@@ -711,6 +720,10 @@ reload_blocked(const struct mcpbroker_conf *old,
 
 	if (strcmp(old->c_user, new->c_user) != 0)
 		return "\"user\" changed";
+	if ((old->c_instance_user == NULL) != (new->c_instance_user == NULL) ||
+	    (old->c_instance_user != NULL && strcmp(old->c_instance_user,
+	    new->c_instance_user) != 0))
+		return "\"instance-user\" changed";
 	if (strcmp(old->c_state_dir, new->c_state_dir) != 0)
 		return "\"state-dir\" changed";
 	if (strcmp(old->c_control_path, new->c_control_path) != 0)
@@ -956,6 +969,40 @@ bind_listeners(void)
 	return 0;
 }
 
+/*
+ * Server instances are programs the broker does not vouch for: as the
+ * children's user they could open the database in the state directory
+ * and signal the children.  instance-user gives them a uid of their own.
+ */
+static int
+resolve_instance_user(void)
+{
+	const char	*name = parent.conf->c_instance_user;
+	struct passwd	*pw;
+
+	if (name == NULL) {
+		log_warnx("server instances run as \"%s\", the owner of the "
+		    "state directory: a server could read and change the "
+		    "database; set instance-user", parent.conf->c_user);
+		return 0;
+	}
+	if ((pw = getpwnam(name)) == NULL) {
+		log_warnx("instance-user \"%s\" does not exist; create it or "
+		    "change \"instance-user\" in %s", name,
+		    parent.opts->o_conffile);
+		return -1;
+	}
+	if (pw->pw_uid == 0 || pw->pw_uid == parent.uid) {
+		log_warnx("instance-user \"%s\" is %s; server instances need "
+		    "a user of their own", name, pw->pw_uid == 0 ? "root" :
+		    "the children's user");
+		return -1;
+	}
+	parent.inst_uid = pw->pw_uid;
+	parent.inst_gid = pw->pw_gid;
+	return 0;
+}
+
 static int
 resolve_user(void)
 {
@@ -963,8 +1010,8 @@ resolve_user(void)
 
 	if (geteuid() != 0) {
 		/* Unprivileged: children keep our uid, still sandboxed. */
-		parent.uid = getuid();
-		parent.gid = getgid();
+		parent.uid = parent.inst_uid = getuid();
+		parent.gid = parent.inst_gid = getgid();
 		return 0;
 	}
 	if ((pw = getpwnam(parent.conf->c_user)) == NULL) {
@@ -978,9 +1025,9 @@ resolve_user(void)
 		    parent.conf->c_user);
 		return -1;
 	}
-	parent.uid = pw->pw_uid;
-	parent.gid = pw->pw_gid;
-	return 0;
+	parent.uid = parent.inst_uid = pw->pw_uid;
+	parent.gid = parent.inst_gid = pw->pw_gid;
+	return resolve_instance_user();
 }
 
 /* The state directory belongs to the children's user, and only to it. */

@@ -98,7 +98,7 @@ parent_recv_instance_spawn(struct peer *p, struct msg *m,
 		send_exit(worker, m->m_hdr.mh_id, "too many instances");
 		return 0;
 	}
-	parent_run_ids(&uid, &gid);
+	parent_instance_ids(&uid, &gid);
 	if ((pid = instance_spawn(srv, uid, gid, &fds, why, sizeof(why))) ==
 	    -1) {
 		log_warnx("server %s: %s", srv->srv_name, why);

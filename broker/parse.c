@@ -105,6 +105,7 @@ struct parser {
 	struct mcpbroker_conf	*p_trash;	/* dropped objects, freed last */
 	struct where		 p_user_at;
 	struct where		 p_state_at;
+	struct where		 p_instance_user_at;
 	struct where		 p_control_at;
 	struct where		 p_auth_at;
 	struct where		 p_limits_at;
@@ -2116,6 +2117,24 @@ top_user(struct parser *p, struct blk *b)
 }
 
 static int
+top_instance_user(struct parser *p, struct blk *b)
+{
+	char	*v;
+
+	if (get_string(p, "instance-user", &v, NULL) == -1)
+		return -1;
+	if (*v == '\0')
+		perr(p, b->b_line, "instance-user: empty name");
+	if (once(p, &p->p_instance_user_at, b->b_line, "instance-user") ==
+	    -1) {
+		free(v);
+		return 0;
+	}
+	set_str(&p->p_conf->c_instance_user, v);
+	return 0;
+}
+
+static int
 top_state_dir(struct parser *p, struct blk *b)
 {
 	char	*v;
@@ -3042,6 +3061,7 @@ top_include(struct parser *p, struct blk *b)
 static const struct kw top_kw[] = {
 	{ "audit", top_audit, 1 },
 	{ "user", top_user, 1 },
+	{ "instance-user", top_instance_user, 1 },
 	{ "state-dir", top_state_dir, 1 },
 	{ "control", top_control, 1 },
 	{ "listen", top_listen, 1 },
@@ -3298,6 +3318,7 @@ parser_finish(struct parser *p)
 	struct mcpbroker_conf	*conf = p->p_conf;
 	struct macro		*m;
 	struct where		*w[] = { &p->p_user_at, &p->p_state_at,
+				    &p->p_instance_user_at,
 				    &p->p_control_at, &p->p_auth_at,
 				    &p->p_limits_at, &p->p_retention_at,
 				    &p->p_store_results_at, &p->p_log_format_at };

@@ -177,5 +177,48 @@ class PrivilegeFactsTest(unittest.TestCase):
             return None
 
 
+@unittest.skipUnless(os.geteuid() == 0, "needs root to switch users")
+class InstanceUserTest(unittest.TestCase):
+    """Server instances as a user of their own: not the owner of the state
+    directory, so a server cannot open the database or signal the
+    children."""
+
+    def broker(self, extra):
+        b = Broker('%sserver "probe" { command "python3" "%s" }'
+                   % (extra, NET_PROBE), user="nobody")
+        self.addCleanup(b.stop)
+        return b
+
+    def test_instances_run_as_instance_user(self):
+        import pwd
+        daemon = pwd.getpwnam("daemon")
+        b = self.broker('instance-user "daemon"\n')
+        b.start()
+        r = b.ctl("server", "call", "probe", "whoami", "{}")
+        info = json.loads(json.loads(r.stdout)["content"][0]["text"])
+        self.assertEqual((info["uid"], info["euid"], info["gid"]),
+                         (daemon.pw_uid, daemon.pw_uid, daemon.pw_gid))
+        self.assertEqual(info["groups"], [daemon.pw_gid])
+        state = os.stat(os.path.join(b.dir, "state"))
+        self.assertNotEqual(state.st_uid, daemon.pw_uid)
+        self.assertNotIn("server instances run as", b.log())
+
+    def test_without_it_the_start_says_so(self):
+        b = self.broker("")
+        b.start()
+        b.wait_log(r'server instances run as "nobody", the owner of the '
+                   r'state directory: a server could read and change the '
+                   r'database; set instance-user')
+
+    def test_the_childrens_user_or_root_is_refused(self):
+        for name, why in (("nobody", "the children's user"),
+                          ("root", "root")):
+            b = self.broker('instance-user "%s"\n' % name)
+            with self.assertRaises(AssertionError):
+                b.start()
+            self.assertNotEqual(b.wait_exit(), 0)
+            self.assertIn('instance-user "%s" is %s' % (name, why), b.log())
+
+
 if __name__ == "__main__":
     unittest.main()

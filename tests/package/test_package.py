@@ -12,7 +12,7 @@ the unit's capability bounding set, no_new_privs, umask and a credentials
 directory for %d; systemd need not be PID 1), on the installed
 configuration with a provider whose key is a credential and a stdio MCP
 server without network added by hand: /healthz, `mcpbrokerctl status`,
-a user and its key, a backup, the server's instance as _mcpbroker with no
+a user and its key, a backup, the server's instance as _mcpbroker-mcp with no
 capabilities and no network, a reload.  Then version N+1 over it: the
 configuration untouched, the user and key still good, the audit trail
 intact.  `dpkg -r` keeps the state and the user, `dpkg --purge` removes
@@ -266,7 +266,7 @@ def main():
                                  "configuration listens on, is in use")
 
     work = tempfile.mkdtemp(prefix="pkg-test-", dir="/tmp")
-    os.chmod(work, 0o755)       # the MCP server's script is read as _mcpbroker
+    os.chmod(work, 0o755)       # read by the server's _mcpbroker-mcp
     log = os.path.join(work, "build.log")
     tree = os.path.join(work, "src")
     creds = os.path.join(work, "credentials")
@@ -401,10 +401,15 @@ def main():
               "the stdio server's tools")
         who = json.loads(ctl("server", "call", "probe", "whoami", "{}")
                          .stdout)["structuredContent"]
-        check(who["uid"] == pw.pw_uid and who["status"]["CapBnd"] ==
+        mcp = pwd.getpwnam("_mcpbroker-mcp")
+        check(mcp.pw_uid < 1000 and mcp.pw_uid != pw.pw_uid and
+              mcp.pw_dir == "/var/lib/mcpbroker-mcp",
+              "system user _mcpbroker-mcp (uid %d, home %s)"
+              % (mcp.pw_uid, mcp.pw_dir))
+        check(who["uid"] == mcp.pw_uid and who["status"]["CapBnd"] ==
               "0000000000000000" and who["status"]["NoNewPrivs"] == "1",
-              "its instance runs as _mcpbroker, no capabilities, "
-              "no_new_privs")
+              "its instance runs as _mcpbroker-mcp (instance-user), "
+              "no capabilities, no_new_privs")
         out = json.loads(ctl("server", "call", "probe", "connect",
                              '{"host": "127.0.0.1", "port": 8080}').stdout)
         check("unreachable" in json.dumps(out),
@@ -455,6 +460,13 @@ def main():
         except KeyError:
             gone = True
         check(gone, "dpkg --purge: the user _mcpbroker is gone")
+        try:
+            pwd.getpwnam("_mcpbroker-mcp")
+            gone = False
+        except KeyError:
+            gone = True
+        check(gone and not os.path.exists("/var/lib/mcpbroker-mcp"),
+              "dpkg --purge: the user _mcpbroker-mcp and its home are gone")
         check(run(["dpkg-statoverride", "--list", CONF],
                   check=False).returncode != 0,
               "dpkg --purge: no statoverride left")
