@@ -695,6 +695,16 @@ test_macros(void **state)
 	assert_int_equal(TAILQ_FIRST(&conf->c_listens)->ls_port, 8080);
 	assert_string_equal(TAILQ_FIRST(&conf->c_budgets)->bg_subject, "bob");
 	config_free(conf);
+	conf = must_parse("instance-user \"mcp\"\n");
+	assert_string_equal(conf->c_instance_user, "mcp");
+	config_free(conf);
+	conf = must_parse("user \"x\"\n");
+	assert_null(conf->c_instance_user);	/* instances run as user */
+	config_free(conf);
+	check_error("instance-user \"a\"\ninstance-user \"b\"\n", "t.conf:2: "
+	    "duplicate instance-user (first at t.conf:1)");
+	check_error("instance-user \"\"\n", "t.conf:1: instance-user: empty "
+	    "name");
 	check_error("user $nobody\n", "t.conf:1: undefined macro \"$nobody\"");
 	check_error("user $\n", "t.conf:1: \"$\" must be followed by a "
 	    "macro name");
