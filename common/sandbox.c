@@ -98,12 +98,14 @@ static const int sc_base[] = {
 	SCMP_SYS(nanosleep), SCMP_SYS(gettimeofday), SCMP_SYS(time),
 	SCMP_SYS(exit), SCMP_SYS(exit_group), SCMP_SYS(restart_syscall),
 	SCMP_SYS(rt_sigreturn), SCMP_SYS(rt_sigprocmask),
-	SCMP_SYS(rt_sigaction), SCMP_SYS(tgkill), SCMP_SYS(getpid),
+	SCMP_SYS(rt_sigaction), SCMP_SYS(getpid),
 	SCMP_SYS(gettid), SCMP_SYS(brk), SCMP_SYS(munmap), SCMP_SYS(mremap),
 	SCMP_SYS(madvise), SCMP_SYS(futex), SCMP_SYS(fcntl),
 	SCMP_SYS(getrandom), SCMP_SYS(fstat), SCMP_SYS(newfstatat),
 	SCMP_SYS(lseek), SCMP_SYS(sched_yield), SCMP_SYS(pipe2),
 	SCMP_SYS(eventfd2),
+	/* glibc's qsort asks once how much memory there is, on a big sort. */
+	SCMP_SYS(sysinfo),
 	-1
 };
 
@@ -261,6 +263,18 @@ sandbox_allow(scmp_filter_ctx ctx, const int *list)
 	sandbox_rules(ctx, SCMP_ACT_ALLOW, list);
 }
 
+/*
+ * tgkill only to signal ourselves (raise, abort): the children share one
+ * uid, so any other target would be a sibling.
+ */
+static void
+sandbox_allow_own_tgkill(scmp_filter_ctx ctx)
+{
+	if (seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(tgkill), 1,
+	    SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)getpid())) < 0)
+		fatalx("seccomp_rule_add(tgkill)");
+}
+
 /* ioctl only to ask how many bytes wait on a descriptor (libevent). */
 static void
 sandbox_allow_fionread(scmp_filter_ctx ctx)
@@ -309,6 +323,7 @@ sandbox_seccomp(enum proc_kind kind)
 	    SCMP_ACT_KILL_PROCESS) < 0)
 		fatalx("seccomp_attr_set(BADARCH)");
 	sandbox_allow(ctx, sc_base);
+	sandbox_allow_own_tgkill(ctx);
 	sandbox_allow_fionread(ctx);
 #ifdef MCPBROKER_SANITIZE
 	sandbox_allow(ctx, sc_sanitizer);

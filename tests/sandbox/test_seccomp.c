@@ -139,6 +139,15 @@ static long c_fork(void)
 }
 static long c_ptrace(void) { return syscall(SYS_ptrace, 0 /* TRACEME */, 0, 0, 0); }
 static long c_kill(void) { return syscall(SYS_kill, getpid(), 0); }
+static long c_tgkill_self(void)
+{
+	return syscall(SYS_tgkill, getpid(), syscall(SYS_gettid), 0);
+}
+static long c_tgkill_other(void)
+{
+	return syscall(SYS_tgkill, 1, 1, 0);	/* init, signal 0 */
+}
+static long c_sysinfo(void) { return syscall(SYS_sysinfo, NULL); }
 static long c_unshare(void) { return syscall(SYS_unshare, 0); }
 static long c_setns(void) { return syscall(SYS_setns, -1, 0); }
 static long c_mount(void) { return syscall(SYS_mount, "none", "/", "tmpfs", 0, NULL); }
@@ -190,6 +199,8 @@ static const struct row rows[] = {
 	ROW(sendmsg, SYS_sendmsg, WORKS, WORKS, WORKS, 0),
 	ROW(fcntl, SYS_fcntl, WORKS, WORKS, WORKS, 0),
 	ROW(fionread, SYS_ioctl, WORKS, WORKS, WORKS, 0),
+	ROW(tgkill_self, SYS_tgkill, WORKS, WORKS, WORKS, 0),
+	ROW(sysinfo, SYS_sysinfo, WORKS, WORKS, WORKS, 0),
 	/* Per kind. */
 	ROW(accept4, SYS_accept4, WORKS, KILLED, KILLED, 0),
 	ROW(setsockopt, SYS_setsockopt, WORKS, WORKS, WORKS, 0),
@@ -208,6 +219,7 @@ static const struct row rows[] = {
 	ROW(fork, SYS_clone, KILLED, KILLED, KILLED, 1),
 	ROW(ptrace, SYS_ptrace, KILLED, KILLED, KILLED, 1),
 	ROW(kill, SYS_kill, KILLED, KILLED, KILLED, 1),
+	ROW(tgkill_other, SYS_tgkill, KILLED, KILLED, KILLED, 0),
 	ROW(unshare, SYS_unshare, KILLED, KILLED, KILLED, 0),
 	ROW(setns, SYS_setns, KILLED, KILLED, KILLED, 0),
 	ROW(mount, SYS_mount, KILLED, KILLED, KILLED, 0),
