@@ -327,6 +327,7 @@ inst_down(struct inst *in, const char *why)
 {
 	char	 reason[200];
 	int	 catalog = inst_is_catalog(in);
+	int	 spawning = in->in_state == IS_SPAWNING;
 
 	if (in->in_state == IS_DOWN)
 		return;
@@ -337,7 +338,8 @@ inst_down(struct inst *in, const char *why)
 	if (in->in_session != NULL &&
 	    mcp_session_state(in->in_session) != MCP_CLOSED)
 		mcp_session_transport_down(in->in_session, reason);
-	if (in->in_pid > 0) {
+	/* One still spawning may be running already: its pid is on the way. */
+	if (in->in_pid > 0 || spawning) {
 		(void)peer_send(child_parent(), MSG_INSTANCE_STOP, in->in_id,
 		    -1, NULL);
 	}
@@ -545,6 +547,17 @@ inst_spawn(const char *key)
 		inst_down(in, "cannot reach the parent");
 }
 
+/*
+ * An instance we asked for and have since let go (a chat session that
+ * ended while it was being spawned): what the parent still sends about it
+ * is expected, not a violation.
+ */
+static int
+inst_let_go(uint64_t id)
+{
+	return id > 0 && id <= wk.next_inst && inst_find_id(id) == NULL;
+}
+
 static int
 worker_recv_instance_fd(struct peer *p, struct msg *m, struct json_object *o)
 {
@@ -554,6 +567,10 @@ worker_recv_instance_fd(struct peer *p, struct msg *m, struct json_object *o)
 	int		 i;
 
 	(void)p;
+	if (inst_let_go(m->m_hdr.mh_id)) {
+		close(m->m_fd);
+		return 0;
+	}
 	if ((in = inst_find_id(m->m_hdr.mh_id)) == NULL ||
 	    in->in_state != IS_SPAWNING ||
 	    json_get_str(o, "which", 8, 0, &w) == -1)
@@ -578,6 +595,8 @@ worker_recv_instance_started(struct peer *p, struct msg *m,
 	int64_t			 pid;
 
 	(void)p;
+	if (inst_let_go(m->m_hdr.mh_id))
+		return 0;	/* inst_down asked the parent to stop it */
 	if ((in = inst_find_id(m->m_hdr.mh_id)) == NULL ||
 	    in->in_state != IS_SPAWNING || in->in_fds[0] == -1 ||
 	    in->in_fds[1] == -1 || in->in_fds[2] == -1 ||
