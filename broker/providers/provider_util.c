@@ -342,7 +342,15 @@ provider_json_u64(struct json_object *o, const char *key, uint64_t *out)
 		return -1;
 	if ((n = json_object_get_int64(v)) < 0)
 		return -1;
-	*out = (uint64_t)n;
+	/*
+	 * Token counts are summed (input and cached input, output and
+	 * thoughts) and stored as 64-bit signed: a provider reporting near
+	 * 2^64 would wrap the sum to a small or negative number and erase a
+	 * budget's spending.  More than 2^40 is no real count: it counts as
+	 * 2^40, which any budget refuses.
+	 */
+	*out = (uint64_t)n > PROVIDER_COUNT_MAX ? PROVIDER_COUNT_MAX :
+	    (uint64_t)n;
 	return 0;
 }
 

@@ -155,7 +155,11 @@ int		 provider_lines_feed(struct provider_buf *line,
 
 /* o[key] if it is a string without embedded NULs, else NULL. */
 const char	*provider_json_str(struct json_object *o, const char *key);
-/* o[key] if it is a non-negative integer: 0 and *out set; else -1. */
+#define PROVIDER_COUNT_MAX	(1ULL << 40)
+/*
+ * o[key] if it is a non-negative integer: 0 and *out set (at most
+ * PROVIDER_COUNT_MAX); else -1.
+ */
 int		 provider_json_u64(struct json_object *o, const char *key,
 		    uint64_t *out);
 

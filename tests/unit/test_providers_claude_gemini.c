@@ -497,6 +497,32 @@ test_anthropic_stream(void **state)
 	assert_string_equal(r.r_ids[1], "toolu_10");
 }
 
+/*
+ * Counts near 2^64 would wrap the sum of input and cached input to a small
+ * number, or a negative one in the database: each counts as 2^40 at most.
+ */
+static void
+test_anthropic_usage_does_not_wrap(void **state)
+{
+	static const char huge[] =
+	    "event: message_start\n"
+	    "data: {\"type\":\"message_start\",\"message\":{\"id\":\"m\","
+	    "\"type\":\"message\",\"role\":\"assistant\",\"content\":[],"
+	    "\"model\":\"claude\",\"usage\":{\"input_tokens\":"
+	    "9223372036854775807,\"cache_creation_input_tokens\":"
+	    "9223372036854775807,\"cache_read_input_tokens\":2,"
+	    "\"output_tokens\":9223372036854775807}}}\n\n"
+	    "event: message_delta\n"
+	    "data: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":"
+	    "\"end_turn\"},\"usage\":{\"output_tokens\":3}}\n\n"
+	    "event: message_stop\n"
+	    "data: {\"type\":\"message_stop\"}\n\n";
+
+	(void)state;
+	check_stream(&anthropic_ops, huge,
+	    "U2199023255554/1099511627776|Fend_turn|U2199023255554/3|");
+}
+
 static void
 test_anthropic_stream_bad(void **state)
 {
@@ -952,6 +978,7 @@ main(void)
 		cmocka_unit_test(test_anthropic_request_refused),
 		cmocka_unit_test(test_anthropic_defaults),
 		cmocka_unit_test(test_anthropic_stream),
+		cmocka_unit_test(test_anthropic_usage_does_not_wrap),
 		cmocka_unit_test(test_anthropic_stream_bad),
 		cmocka_unit_test(test_anthropic_stream_cut_and_error),
 		cmocka_unit_test(test_anthropic_error_message),
