@@ -145,7 +145,7 @@ static void	round_results(struct turn *);
 static struct audit_async *audit_outcome(struct turn *, struct call *,
 	    const char *, audit_done_fn, void *);
 static void	audit_forged(struct turn *, struct call *);
-static void	audit_approval(struct turn *, struct call *, const char *);
+static int	audit_approval(struct turn *, struct call *, const char *);
 static void	approval_clear(struct call *);
 static void	intent_abandon(struct turn *, struct call *);
 
@@ -1067,19 +1067,24 @@ audit_forged(struct turn *t, struct call *c)
 	json_object_put(d);
 }
 
-/* The user's answer to an approval request, tied to the intent row. */
-static void
+/*
+ * The user's answer to an approval request, tied to the intent row; -1
+ * when it could not be written (then an approved call does not run).
+ */
+static int
 audit_approval(struct turn *t, struct call *c, const char *answer)
 {
-	struct json_object *d = json_object_new_object();
+	struct json_object	*d = json_object_new_object();
+	int64_t			 rc;
 
 	json_object_object_add(d, "intent", json_object_new_int64(c->c_audit));
 	json_object_object_add(d, "answer", json_object_new_string(answer));
-	if (audit_append(AUDIT_KIND_APPROVAL, t->t_s->s_user,
-	    t->t_s->s_tenant, d) == -1)
+	if ((rc = audit_append(AUDIT_KIND_APPROVAL, t->t_s->s_user,
+	    t->t_s->s_tenant, d)) == -1)
 		log_warnx("chat %s: an approval was not recorded",
 		    t->t_s->s_user);
 	json_object_put(d);
+	return rc == -1 ? -1 : 0;
 }
 
 /*
@@ -1256,7 +1261,7 @@ approval_expired(int fd, short ev, void *arg)
 	(void)fd;
 	(void)ev;
 	approval_clear(c);
-	audit_approval(t, c, "expired");
+	(void)audit_approval(t, c, "expired");
 	call_finish(t, c, "no approval came in time (limits "
 	    "approval-timeout)", 1);
 }
@@ -2012,7 +2017,15 @@ chat_approve(uint64_t id, const struct store_user *u, struct json_object *body)
 	}
 	args = json_object_get(c->c_pending);
 	approval_clear(c);
-	audit_approval(t, c, approve ? "approved" : "declined");
+	if (audit_approval(t, c, approve ? "approved" : "declined") == -1 &&
+	    approve) {
+		api_error(id, 503, "audit", "the approval could not be "
+		    "recorded; nothing was run");
+		call_finish(t, c, "not run: its approval could not be "
+		    "recorded in the audit trail", 1);
+		json_object_put(args);
+		return;
+	}
 	r = json_object_new_object();
 	json_object_object_add(r, "id", json_object_new_string(call_id));
 	json_object_object_add(r, "approved", json_object_new_boolean(approve));

@@ -392,7 +392,7 @@ class NotJsonTest(FaultBase):
 
 
 @unittest.skipUnless(os.geteuid() == 0, "mounting a tmpfs needs root")
-class DiskFullTest(FaultBase):
+class DiskFullBase(FaultBase):
     """The state directory on a 4 MiB tmpfs, in a mount namespace of the
     daemon's own, filled to the last byte."""
 
@@ -438,6 +438,8 @@ class DiskFullTest(FaultBase):
             self.fail("the state directory is not on the small tmpfs")
         return path
 
+
+class DiskFullTest(DiskFullBase):
     def test_tool_call_refused_when_the_audit_cannot_be_written(self):
         filler = self.fill()
         self.llm.script({"tool_calls": [{"name": "h__echo",
@@ -472,6 +474,36 @@ class DiskFullTest(FaultBase):
         calls = [r for r in rows if r["kind"] == "tool_call"]
         self.assertEqual(len(calls), 1)     # the refused one left no row
         self.assertEqual(self.history("alice")[-1]["content"], "back")
+
+
+class DiskFullApprovalTest(DiskFullBase):
+    """An approval the trail cannot record runs nothing."""
+
+    servers = server_block("h", "ok", log=True) + 'confirm tool "h.echo"\n'
+
+    def test_an_approval_that_cannot_be_recorded(self):
+        self.llm.script({"tool_calls": [{"name": "h__echo",
+                                         "arguments": {"text": "x"}}]},
+                        {"echo_tool_result": True})
+        seen, got = [], {}
+        t = threading.Thread(target=lambda: got.update(
+            r=self.stream("alice", "call it", seen)))
+        t.start()
+        wait_for(lambda: any(e == "approval_required" for e, _ in seen),
+                 timeout=15, what="the approval request")
+        call = [d for e, d in seen if e == "approval_required"][0]["id"]
+        filler = self.fill()
+        status, doc = self.post("alice", "/llmchat/approve",
+                                {"id": call, "approve": True})
+        self.assertEqual((status, doc["error"]["code"]), (503, "audit"), doc)
+        t.join(30)
+        status, events = got["r"]
+        errs = [d["error"] for e, d in events if e == "tool_error"]
+        self.assertEqual(len(errs), 1, events)
+        self.assertIn("its approval could not be recorded", errs[0])
+        self.assertNotIn("tools/call", read(self.hlog))
+        os.unlink(filler)
+        self.assert_nothing_lost()
 
 
 class ControllerKilledTest(FaultBase):
