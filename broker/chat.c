@@ -1835,6 +1835,15 @@ chat_connect(uint64_t id, const struct store_user *u,
 		    "\"%s\" is configured", provider);
 		return;
 	}
+	/* A price is the configured model's: another's cost is not known. */
+	if (model != NULL && pv->pv_has_price && (pv->pv_model == NULL ||
+	    strcmp(model, pv->pv_model) != 0)) {
+		api_error(id, 422, "invalid_field", "\"model\": provider \"%s\" "
+		    "is priced for its model \"%s\" only: the cost of another "
+		    "could not be counted against budgets", provider,
+		    pv->pv_model != NULL ? pv->pv_model : "");
+		return;
+	}
 	if (toolset != NULL && config_find_toolset(controller_conf(),
 	    toolset) == NULL) {
 		api_error(id, 422, "invalid_field", "\"toolset\": no toolset "

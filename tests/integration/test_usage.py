@@ -139,6 +139,25 @@ class BudgetTest(UsageBase):
                          ["user", "assistant", "tool"])
 
 
+class PricedModelTest(UsageBase):
+    def test_a_priced_provider_keeps_its_model(self):
+        """The price is the configured model's: a dearer model chosen at
+        connect would be counted at the cheaper one's price."""
+        alice = self.user("alice")
+        status, doc = alice.call("POST", "/llmchat/connect",
+                                 {"provider": "llm", "model": "gpt-4o"})
+        self.assertEqual((status, doc["error"]["code"]),
+                         (422, "invalid_field"), doc)
+        self.assertIn('priced for its model "gpt-4o-mini" only',
+                      doc["error"]["message"])
+        self.assertEqual(alice.connect(model="gpt-4o-mini")["model"],
+                         "gpt-4o-mini")
+        # an unpriced provider counts tokens only: any model
+        self.assertEqual(alice.connect(provider="local",
+                                       model="llama3.2")["model"],
+                         "llama3.2")
+
+
 class RolloverTest(UsageBase):
     budgets = ('budget user "alice" daily-tokens 100\n'
                'budget tenant "acme" monthly-tokens 1000\n')
