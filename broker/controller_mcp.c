@@ -2112,6 +2112,35 @@ access_intent_done(int64_t row, void *arg)
 }
 
 /* resources/read and prompts/get: which server, may the caller, record. */
+/*
+ * Resource rules are globs over the URI as the client gives it, so a rule
+ * for everything under file:///srv/share/ would also match
+ * "file:///srv/share/../../etc/passwd",
+ * which a file server resolves elsewhere.  A URI with a "." or ".."
+ * segment, or a dot, slash or backslash percent-encoded, is refused
+ * whatever the rules say: a server lists its resources by plain URIs.
+ */
+static int
+uri_dotted(const char *uri)
+{
+	const char	*p, *path = strstr(uri, "://");
+	size_t		 n;
+
+	path = path != NULL ? path + 3 : uri;
+	for (p = path; *p != '\0'; p++) {
+		if (*p == '%' && (strncasecmp(p, "%2e", 3) == 0 ||
+		    strncasecmp(p, "%2f", 3) == 0 ||
+		    strncasecmp(p, "%5c", 3) == 0))
+			return 1;
+		if (*p != '.' || (p != path && p[-1] != '/' && p[-1] != '\\'))
+			continue;
+		n = p[1] == '.' ? 2 : 1;
+		if (strchr("/\\?#", p[n]) != NULL)	/* the NUL too */
+			return 1;
+	}
+	return 0;
+}
+
 static void
 m_access(struct mcp_req *mr)
 {
@@ -2146,8 +2175,14 @@ m_access(struct mcp_req *mr)
 	snprintf(id, sizeof(id), "%s.%s", mr->mr_server, orig);
 	/* Arguments, even none, make it a use: rate limits count it. */
 	none = json_object_new_object();
-	if (decide(mr, read ? POLICY_RESOURCE : POLICY_PROMPT, id, args != NULL ?
-	    args : none, &pd) != POLICY_ALLOW)
+	if (read && uri_dotted(orig)) {
+		memset(&pd, 0, sizeof(pd));
+		pd.pd_action = POLICY_DENY;
+		snprintf(pd.pd_reason, sizeof(pd.pd_reason), "the URI has a dot "
+		    "segment, or a dot or slash percent-encoded");
+		refuse(mr, POLICY_RESOURCE, id, &pd);
+	} else if (decide(mr, read ? POLICY_RESOURCE : POLICY_PROMPT, id,
+	    args != NULL ? args : none, &pd) != POLICY_ALLOW)
 		refuse(mr, read ? POLICY_RESOURCE : POLICY_PROMPT, id, &pd);
 	json_object_put(none);
 	d = audit_base(mr);
@@ -2255,7 +2290,8 @@ sub_target(struct mcp_req *mr, const char *uri, char *server, size_t len,
 	if (uri_unwrap(req_toolset(mr), uri, server, len, orig) == -1 ||
 	    (rc = json_object_object_get(controller_worker_caps(
 	    controller_worker(server)), "resources")) == NULL ||
-	    !json_object_get_boolean(json_object_object_get(rc, "subscribe")))
+	    !json_object_get_boolean(json_object_object_get(rc, "subscribe")) ||
+	    uri_dotted(*orig))
 		return -1;
 	if (asprintf(&id, "%s.%s", server, *orig) == -1)
 		fatal("asprintf");

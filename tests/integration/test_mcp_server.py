@@ -744,6 +744,13 @@ class McpServerTest(unittest.TestCase):
             session=sid)
         self.assertEqual(body["error"]["code"], -32002)
         self.assertIn("refused by policy", body["error"]["message"])
+        # a glob over the URI is not a way out of its tree
+        for tail in ("../../dynamic/text/1", "..%2F..%2Fdynamic/text/1",
+                     "%2e%2e/%2E%2E/dynamic/text/1", "./1", ".."):
+            status, body = self.rpc(self.bob, "resources/read", {
+                "uri": prefix + tail}, session=sid)
+            self.assertEqual(body["error"]["code"], -32002, tail)
+            self.assertIn("dot segment", body["error"]["message"], tail)
         status, body = self.rpc(self.bob, "prompts/list", {}, session=sid)
         self.assertEqual([p["name"] for p in body["result"]["prompts"]],
                          ["everything.simple-prompt"])
