@@ -64,6 +64,8 @@ sandbox_clear_caps(void)
 void
 sandbox_drop_privileges(uid_t uid, gid_t gid)
 {
+	pid_t parent = getppid();	/* 1 when the daemon is a container's */
+
 	if (geteuid() == 0) {
 		sandbox_drop_bounding_set();
 		if (uid != 0) {
@@ -78,7 +80,7 @@ sandbox_drop_privileges(uid_t uid, gid_t gid)
 				fatalx("privileges could be regained");
 			/* The uid change cleared it: die with the parent. */
 			if (prctl(PR_SET_PDEATHSIG, SIGKILL) == -1 ||
-			    getppid() == 1)
+			    getppid() != parent)
 				fatal("prctl(PR_SET_PDEATHSIG)");
 		}
 	}

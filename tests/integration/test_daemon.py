@@ -299,6 +299,18 @@ class DaemonTest(unittest.TestCase):
                      if e}
             self.assertLessEqual(names, kept, pid)
 
+    @unittest.skipUnless(os.geteuid() == 0 and shutil.which("unshare"),
+                         "a pid namespace needs root and unshare")
+    def test_pid_1_in_a_container(self):
+        """The daemon as a container's entrypoint: its children's parent
+        is pid 1, which does not mean the parent died."""
+        b = Broker(TWO_SERVERS, wrap=["unshare", "--pid", "--fork",
+                                      "--kill-child=SIGTERM"])
+        self.addCleanup(b.stop)
+        b.start()
+        self.assertEqual(b.processes()["parent"]["pid"], 1)
+        self.assertEqual(b.get("/readyz")[0], 200)
+
     @unittest.skipUnless(os.geteuid() == 0, "needs root")
     def test_as_root_children_run_as_nobody_without_privileges(self):
         b = self.broker(user="nobody")
