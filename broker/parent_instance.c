@@ -176,8 +176,13 @@ parent_instance_reaped(pid_t pid, int status)
 	describe_status(status, desc, sizeof(desc));
 	if (ir->ir_worker != NULL && peer_connected(&ir->ir_worker->cp_peer))
 		send_exit(ir->ir_worker, ir->ir_id, desc);
-	/* The group may live on (daemonised grandchildren): end it. */
-	instance_signal(pid, SIGKILL);
+	/*
+	 * The group may live on (daemonised grandchildren): end it.  Only
+	 * the group: the pid itself is reaped and may be anyone's by now,
+	 * while a group's id is not given out again as long as it has a
+	 * member.
+	 */
+	(void)kill(-pid, SIGKILL);
 	TAILQ_REMOVE(&instances, ir, ir_entry);
 	if (ir->ir_kill != NULL)
 		event_free(ir->ir_kill);
