@@ -620,7 +620,12 @@ turn_free(struct turn *t)
 {
 	size_t i;
 
-	if (t->t_status / 100 == 2)	/* a call cut short costs too */
+	/*
+	 * A call cut short costs too, and so does one stopped before its
+	 * answer began: the provider has the prompt and bills what it read.
+	 */
+	if (t->t_status / 100 == 2 || (t->t_status == 0 &&
+	    http_request_sent(t->t_http)))
 		round_meter(t, 0);
 	http_request_cancel(t->t_http);
 	if (t->t_ps != NULL)

@@ -886,6 +886,12 @@ rq_total_timeout_cb(evutil_socket_t fd, short what, void *arg)
 	    "timeout)", rq->rq_total_ms);
 }
 
+int
+http_request_sent(const struct http_request *rq)
+{
+	return rq != NULL && rq->rq_state != RQ_CONNECTING;
+}
+
 /* Connected (and TLS done): the request is on its way. */
 static void
 rq_ready(struct http_request *rq)

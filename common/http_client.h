@@ -132,6 +132,8 @@ struct http_request *http_request_start(struct http_client *,
 		    const struct http_callbacks *, void *arg);
 /* No more callbacks; the connection is closed, not pooled.  NULL is ok. */
 void		 http_request_cancel(struct http_request *);
+/* Whether the request has gone out (connected): the server may act on it. */
+int		 http_request_sent(const struct http_request *);
 
 /* Case-insensitive; the first field of that name, or NULL. */
 const char	*http_headers_get(const struct http_headers *,

@@ -8,10 +8,11 @@ import datetime
 import json
 import os
 import sqlite3
+import threading
 import unittest
 from decimal import Decimal
 
-from broker import Broker
+from broker import Broker, wait_for
 from llmfixtures import KEY, PROVIDERS, FakeLLM
 from test_conversations import Client, restart, sqlite
 
@@ -156,6 +157,28 @@ class PricedModelTest(UsageBase):
         self.assertEqual(alice.connect(provider="local",
                                        model="llama3.2")["model"],
                          "llama3.2")
+
+
+class StoppedEarlyTest(UsageBase):
+    def test_a_turn_stopped_before_its_answer_is_counted(self):
+        """The provider has the prompt once the request went out: a stop
+        before the answer began is metered (estimated), or a user could
+        send long prompts and stop each one for free."""
+        alice = self.user("alice")
+        alice.connect()
+        self.llm.script({"delay_ms": 3000, "text": "late"})
+        got = {}
+        t = threading.Thread(target=lambda: got.update(
+            r=alice.chat("x" * 4000)))
+        t.start()
+        wait_for(lambda: self.llm.requests(), timeout=10,
+                 what="the request at the provider")
+        status, doc = alice.call("POST", "/llmchat/stop", {})
+        self.assertEqual(status, 200, doc)
+        t.join(30)
+        row = sqlite(self.b, "SELECT COUNT(*), SUM(input_tokens) >= 1000, "
+                     "MIN(estimated) FROM usage WHERE user = 'alice'")
+        self.assertEqual(row, "1|1|1")
 
 
 class RolloverTest(UsageBase):
