@@ -2013,17 +2013,35 @@ chat_approve(uint64_t id, const struct store_user *u, struct json_object *body)
 		    "or false");
 		return;
 	}
+	(void)json_object_object_get_ex(body, "input", &input);
 	t = s != NULL ? s->s_turn : NULL;
+	/*
+	 * Ids are the provider's (and cut at 63 bytes): two waiting calls may
+	 * share one, and then only the input says which is approved.
+	 */
 	for (i = 0; t != NULL && i < t->t_ncalls; i++)
 		if (t->t_calls[i].c_pending != NULL &&
-		    strcmp(t->t_calls[i].c_id, call_id) == 0)
+		    strcmp(t->t_calls[i].c_id, call_id) == 0 && (input == NULL ||
+		    json_object_equal(input, t->t_calls[i].c_pending))) {
+			if (c != NULL) {
+				api_error(id, 409, "ambiguous_call", "more than "
+				    "one call %s waits: send the \"input\" you "
+				    "approve", call_id);
+				return;
+			}
 			c = &t->t_calls[i];
+		}
+	if (c == NULL && input != NULL) {
+		for (i = 0; t != NULL && i < t->t_ncalls; i++)
+			if (t->t_calls[i].c_pending != NULL &&
+			    strcmp(t->t_calls[i].c_id, call_id) == 0)
+				c = &t->t_calls[i];
+	}
 	if (c == NULL) {
 		api_error(id, 404, "not_found", "no call %s is waiting for "
 		    "your approval", call_id);
 		return;
 	}
-	(void)json_object_object_get_ex(body, "input", &input);
 	if (input != NULL && !json_object_equal(input, c->c_pending)) {
 		api_error(id, 409, "arguments_changed", "these are not the "
 		    "arguments that asked for approval; nothing was run");

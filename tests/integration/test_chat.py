@@ -482,6 +482,31 @@ class ChatApprovalTest(ChatBase):
         self.assertEqual(answers[1][0], 200)
         self.assertIn("4-8-15-16-23-42", events[-1][1]["content"])
 
+    def test_calls_that_share_an_id_need_their_input(self):
+        """Ids are the provider's: two waiting calls may share one, and an
+        approval without the input could run the other."""
+        other = os.path.join(os.path.dirname(self.file), "other.txt")
+        with open(other, "w") as f:
+            f.write("the other one\n")
+        os.chmod(other, 0o644)
+        self.addCleanup(os.unlink, other)
+        self.llm.script({"tool_calls": [
+            {"name": "files__read_file", "arguments": {"path": self.file},
+             "id": "dup"},
+            {"name": "files__read_file", "arguments": {"path": other},
+             "id": "dup"}]}, {"echo_tool_result": True})
+        answers = []
+
+        def answer(d):
+            if not answers:
+                answers.append(self.approve(d, approve=True))
+            answers.append(self.approve(d, approve=True, input=d["input"]))
+        events = self.stream(answer)
+        self.assertEqual((answers[0][0], answers[0][1]["error"]["code"]),
+                         (409, "ambiguous_call"))
+        self.assertEqual([a[0] for a in answers[1:]], [200, 200])
+        self.assertEqual(len([e for e, _ in events if e == "tool_end"]), 2)
+
     def test_unanswered_approval_expires(self):
         self.llm.script(self.read_file_step(), {"text": "gave up"})
         events = self.stream(None)
