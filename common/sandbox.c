@@ -273,7 +273,7 @@ static void
 sandbox_allow_own_tgkill(scmp_filter_ctx ctx)
 {
 	if (seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(tgkill), 1,
-	    SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)getpid())) < 0)
+	    SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)getpid(), 0)) < 0)
 		fatalx("seccomp_rule_add(tgkill)");
 }
 
