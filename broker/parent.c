@@ -22,6 +22,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <json-c/json.h>
 #include <seccomp.h>
@@ -158,6 +160,8 @@ child_free(struct child_proc *cp)
 	peer_detach(&cp->cp_peer);
 	if (cp->cp_note != -1)
 		close(cp->cp_note);
+	if (cp->cp_err != NULL)
+		bufferevent_free(cp->cp_err);
 	if (cp->cp_timer != NULL)
 		event_free(cp->cp_timer);
 	free(cp);
@@ -362,22 +366,98 @@ parent_child_lost(struct peer *p, const char *why)
 
 /* ---- supervision ---- */
 
+/*
+ * What a child writes to stderr rather than through its channel: a
+ * sanitizer's report, a library's complaint, its words before the channel
+ * was up or after it broke.  Each line is logged as the child's, escaped
+ * and under its name (log_child_line), never written straight to where
+ * the parent's lines go: a compromised child cannot forge another's.
+ */
+static void
+child_err_line(struct child_proc *cp, const char *line)
+{
+	char buf[LOG_LINE_MAX];
+
+	log_child_line(cp->cp_peer.p_name, line, buf, sizeof(buf));
+	log_line(LOG_WARNING, buf);
+}
+
+/* Whole lines; one longer than a log line goes in pieces. */
+static void
+child_err_read(struct bufferevent *bev, void *arg)
+{
+	struct evbuffer	*in = bufferevent_get_input(bev);
+	char		*line, piece[LOG_LINE_MAX];
+	size_t		 n;
+	int		 got;
+
+	while ((line = evbuffer_readln(in, &n, EVBUFFER_EOL_LF)) != NULL) {
+		child_err_line(arg, line);
+		free(line);
+	}
+	while (evbuffer_get_length(in) >= sizeof(piece) - 1 &&
+	    (got = evbuffer_remove(in, piece, sizeof(piece) - 1)) > 0) {
+		piece[got] = '\0';
+		child_err_line(arg, piece);
+	}
+}
+
+/* The child is gone (or closed its stderr): its last words, if any. */
+static void
+child_err_event(struct bufferevent *bev, short what, void *arg)
+{
+	struct child_proc	*cp = arg;
+	char			 rest[LOG_LINE_MAX];
+	int			 got;
+
+	(void)what;
+	child_err_read(bev, cp);
+	if ((got = evbuffer_remove(bufferevent_get_input(bev), rest,
+	    sizeof(rest) - 1)) > 0) {
+		rest[got] = '\0';
+		child_err_line(cp, rest);
+	}
+	bufferevent_free(bev);
+	cp->cp_err = NULL;
+}
+
+static void
+child_err_attach(struct child_proc *cp, int fd)
+{
+	if (cp->cp_err != NULL)
+		bufferevent_free(cp->cp_err);	/* the previous run's */
+	if ((cp->cp_err = bufferevent_socket_new(parent.base, fd,
+	    BEV_OPT_CLOSE_ON_FREE)) == NULL)
+		fatalx("bufferevent_socket_new");
+	bufferevent_setcb(cp->cp_err, child_err_read, NULL, child_err_event,
+	    cp);
+	bufferevent_enable(cp->cp_err, EV_READ);
+}
+
 static void
 parent_spawn(struct child_proc *cp)
 {
-	int sv[2], note[2];
+	int sv[2], note[2], err[2];
 
 	make_pair(sv);
-	if (pipe2(note, O_CLOEXEC | O_NONBLOCK) == -1)
+	/* The child writes its stderr blocking; the parent reads it not. */
+	if (pipe2(note, O_CLOEXEC | O_NONBLOCK) == -1 ||
+	    pipe2(err, O_CLOEXEC) == -1 ||
+	    fcntl(err[0], F_SETFL, O_NONBLOCK) == -1)
 		fatal("pipe2");
 	if (cp->cp_note != -1)
 		close(cp->cp_note);
 	cp->cp_note = note[0];
 	cp->cp_pid = proc_spawn(parent.opts->o_self, cp->cp_kind,
 	    cp->cp_kind == PROC_WORKER ? cp->cp_name : NULL, sv[1], note[1],
-	    parent.opts->o_foreground, parent.opts->o_verbose);
+	    err[1], parent.opts->o_foreground, parent.opts->o_verbose);
 	close(sv[1]);
 	close(note[1]);
+	close(err[1]);
+	if (cp->cp_pid == -1)
+		close(err[0]);
+	else
+		child_err_attach(cp, err[0]);
 	if (cp->cp_pid == -1) {
 		close(sv[0]);
 		if (cp->cp_kind != PROC_WORKER)

@@ -29,6 +29,7 @@ struct child_proc {
 	int			 cp_retired;		/* removed by reload */
 	int			 cp_respawn_now;	/* changed by reload */
 	int			 cp_note;	/* PROC_NOTE_FD's other end */
+	struct bufferevent	*cp_err;	/* its stderr, relayed */
 	char			 cp_last_exit[96];
 };
 TAILQ_HEAD(child_list, child_proc);

@@ -159,7 +159,8 @@ log_line(int priority, const char *line)
 {
 	int saved_errno = errno;
 
-	if (!log_foreground && log_sink != NULL)
+	/* A child's lines are the parent's to write, in -d mode too. */
+	if (log_sink != NULL)
 		log_sink(priority, line);
 	else
 		log_emit(priority, line);

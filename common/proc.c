@@ -230,7 +230,7 @@ child_env(char *env[ENV_KEPT + 1])
 
 static void __attribute__((noreturn))
 proc_exec_child(const char *self, enum proc_kind kind, const char *name,
-    int chan, int note, int foreground, int verbose)
+    int chan, int note, int err, int foreground, int verbose)
 {
 	char		*argv[12], *env[ENV_KEPT + 1];
 	char		 vflags[8] = "-";
@@ -242,18 +242,17 @@ proc_exec_child(const char *self, enum proc_kind kind, const char *name,
 		_exit(127);
 	sigemptyset(&all);
 	sigprocmask(SIG_SETMASK, &all, NULL);
-	/* Both moved up first: neither may land on the other's number. */
+	/* All moved up first: none may land on another's number. */
 	if ((chan = fcntl(chan, F_DUPFD, 64)) == -1 ||
 	    (note = fcntl(note, F_DUPFD, 64)) == -1 ||
-	    dup2(chan, PROC_CHAN_FD) == -1 || dup2(note, PROC_NOTE_FD) == -1)
+	    (err = fcntl(err, F_DUPFD, 64)) == -1 ||
+	    dup2(chan, PROC_CHAN_FD) == -1 || dup2(note, PROC_NOTE_FD) == -1 ||
+	    dup2(err, STDERR_FILENO) == -1)
 		_exit(127);
 	proc_closefrom(PROC_NOTE_FD + 1);
 	if ((devnull = open("/dev/null", O_RDWR)) != -1) {
 		dup2(devnull, STDIN_FILENO);
-		if (!foreground) {
-			dup2(devnull, STDOUT_FILENO);
-			dup2(devnull, STDERR_FILENO);
-		}
+		dup2(devnull, STDOUT_FILENO);
 		if (devnull > STDERR_FILENO)
 			close(devnull);
 	}
@@ -281,7 +280,7 @@ proc_exec_child(const char *self, enum proc_kind kind, const char *name,
 
 pid_t
 proc_spawn(const char *self, enum proc_kind kind, const char *name, int chan,
-    int note, int foreground, int verbose)
+    int note, int err, int foreground, int verbose)
 {
 	pid_t pid;
 
@@ -290,7 +289,7 @@ proc_spawn(const char *self, enum proc_kind kind, const char *name, int chan,
 		log_warn("fork %s", proc_kind_str(kind));
 		return -1;
 	case 0:
-		proc_exec_child(self, kind, name, chan, note, foreground,
+		proc_exec_child(self, kind, name, chan, note, err, foreground,
 		    verbose);
 	default:
 		return pid;

@@ -74,11 +74,12 @@ int	 proc_kind_parse(const char *, enum proc_kind *);
 
 /*
  * Fork and re-exec `self` as a child of the given kind with `chan` as its
- * channel (fd PROC_CHAN_FD in the child) and `note` as fd PROC_NOTE_FD;
- * every other descriptor is closed.
+ * channel (fd PROC_CHAN_FD in the child), `note` as fd PROC_NOTE_FD and
+ * `err` as its stderr (stdin and stdout are /dev/null); every other
+ * descriptor is closed.
  */
 pid_t	 proc_spawn(const char *self, enum proc_kind, const char *name,
-	    int chan, int note, int foreground, int verbose);
+	    int chan, int note, int err, int foreground, int verbose);
 /* Close every descriptor from `lowfd` up. */
 void	 proc_closefrom(int lowfd);
 

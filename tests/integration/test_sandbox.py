@@ -32,6 +32,12 @@ class SeccompKillTest(unittest.TestCase):
 
     def inject(self, pid, nr):
         """Make process pid call syscall(nr) and let the signal through."""
+        self.gdb(pid, "print (long)syscall(%d, 0, 0, 0, 0, 0)" % nr,
+                 "continue")
+
+    def gdb(self, pid, expr, then="detach"):
+        """Make process pid evaluate expr, then go on (or let the signal
+        it raised through: continue)."""
         # No debuginfod (CI has no network: a lookup would only wait) and
         # no symbols beyond libc's own table: attaching stays quick.
         env = {k: v for k, v in os.environ.items()
@@ -40,8 +46,7 @@ class SeccompKillTest(unittest.TestCase):
             subprocess.run(["gdb", "-p", str(pid), "-batch", "-nx",
                             "-iex", "set debuginfod enabled off",
                             "-iex", "set auto-load off",
-                            "-ex", "print (long)syscall(%d, 0, 0, 0, 0, 0)"
-                            % nr, "-ex", "continue"],
+                            "-ex", expr, "-ex", then],
                            capture_output=True, timeout=120, env=env)
         except subprocess.TimeoutExpired:
             # gdb itself wedged (seen once on a loaded machine): the tool
@@ -68,6 +73,16 @@ class SeccompKillTest(unittest.TestCase):
         rows = wait_for(audited, timeout=10, what="the audit row")
         self.assertIn("forbidden system call 165 (mount)",
                       json.dumps(rows[-1]))
+
+
+    def test_a_childs_stderr_cannot_forge_the_parents_lines(self):
+        """What a compromised child writes to its stderr reaches the log
+        escaped and under its own name (in -d mode as without)."""
+        pid = self.b.processes()["worker probe"]["pid"]
+        self.gdb(pid, 'print (long)write(2, "parent: forged\\033[2J\\n", 19)')
+        self.b.wait_log(r"worker probe: parent: forged\\x1b\[2J", timeout=30)
+        self.assertNotRegex(self.b.log(), r"(?m)^parent: forged")
+        self.assertEqual(self.b.processes()["worker probe"]["pid"], pid)
 
 
 def fds(pid):
