@@ -2099,39 +2099,36 @@ _Static_assert(sizeof(auth_kw) / sizeof(auth_kw[0]) <= BLK_MAXKW,
 
 /* Top-level statements */
 
+/* A user's name, given once: user, instance-user. */
 static int
-top_user(struct parser *p, struct blk *b)
+user_name(struct parser *p, struct blk *b, const char *kw, struct where *w,
+    char **dst)
 {
 	char	*v;
 
-	if (get_string(p, "user", &v, NULL) == -1)
+	if (get_string(p, kw, &v, NULL) == -1)
 		return -1;
 	if (*v == '\0')
-		perr(p, b->b_line, "user: empty name");
-	if (once(p, &p->p_user_at, b->b_line, "user") == -1) {
+		perr(p, b->b_line, "%s: empty name", kw);
+	if (once(p, w, b->b_line, kw) == -1) {
 		free(v);
 		return 0;
 	}
-	set_str(&p->p_conf->c_user, v);
+	set_str(dst, v);
 	return 0;
+}
+
+static int
+top_user(struct parser *p, struct blk *b)
+{
+	return user_name(p, b, "user", &p->p_user_at, &p->p_conf->c_user);
 }
 
 static int
 top_instance_user(struct parser *p, struct blk *b)
 {
-	char	*v;
-
-	if (get_string(p, "instance-user", &v, NULL) == -1)
-		return -1;
-	if (*v == '\0')
-		perr(p, b->b_line, "instance-user: empty name");
-	if (once(p, &p->p_instance_user_at, b->b_line, "instance-user") ==
-	    -1) {
-		free(v);
-		return 0;
-	}
-	set_str(&p->p_conf->c_instance_user, v);
-	return 0;
+	return user_name(p, b, "instance-user", &p->p_instance_user_at,
+	    &p->p_conf->c_instance_user);
 }
 
 static int
