@@ -84,7 +84,8 @@ enum verdict {
 	V_TOOL,			/* tool does not match */
 	V_COND,			/* a condition does not hold */
 	V_MAYBE,		/* listing: conditions wait for the call */
-	V_UNSURE,		/* a deny whose conditions could not be checked */
+	V_UNSURE,		/* a deny or confirm whose conditions could not
+				   be checked */
 	V_MATCH,
 };
 
@@ -92,8 +93,8 @@ enum verdict {
  * A condition on a call's arguments holds, does not, or cannot be told:
  * a value of the wrong type, a NUL, a path that does not normalise (".."
  * above its root, too long) or that is relative where the rule's is
- * absolute.  An allow or confirm rule needs every condition to hold; a
- * deny rule also applies when one cannot be told, so that a path the
+ * absolute.  An allow rule needs every condition to hold; a deny or a
+ * confirm rule also applies when one cannot be told, so that a path the
  * policy cannot read is not let through to a rule further down.
  */
 enum cond_result {
@@ -389,7 +390,7 @@ rule_verdict(const struct policy_rule *r, enum policy_kind kind,
 		case COND_FALSE:
 			return V_COND;
 		case COND_UNKNOWN:
-			if (r->pr_action != POLICY_DENY)
+			if (r->pr_action == POLICY_ALLOW)
 				return V_COND;
 			v = V_UNSURE;
 			break;

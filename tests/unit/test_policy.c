@@ -616,6 +616,16 @@ test_deny_what_cannot_be_checked(void **state)
 	json_object_put(args);
 	free(big);
 	config_free(conf);
+	/* A confirm rule likewise: what it cannot check, a person sees. */
+	conf = conf_of("confirm tool \"files.*\" where path prefix \"/etc\"\n"
+	    "allow tool \"files.*\"\n");
+	assert_int_equal(decide(conf, &alice, "files.read_file",
+	    "{\"path\":\"/../etc/shadow\"}"), POLICY_CONFIRM);
+	assert_int_equal(decide(conf, &alice, "files.read_file",
+	    "{\"path\":\"etc/shadow\"}"), POLICY_CONFIRM);
+	assert_int_equal(decide(conf, &alice, "files.read_file",
+	    "{\"path\":\"/srv/a\"}"), POLICY_ALLOW);
+	config_free(conf);
 	/* An allow rule still needs its conditions to hold. */
 	conf = conf_of("allow tool \"files.*\" where path prefix \"/srv\"\n");
 	assert_int_equal(decide(conf, &alice, "files.read_file",

@@ -243,7 +243,6 @@ test_utf8_repaired_keeps_the_good_bytes(void **state)
 }
 
 static char	captured[LOG_LINE_MAX];
-static char	captured[LOG_LINE_MAX];
 
 static void
 capture(int priority, const char *line)
