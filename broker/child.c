@@ -222,7 +222,8 @@ child_log_sink(int priority, const char *line)
 	o = json_object_new_object();
 	json_object_object_add(o, "priority", json_object_new_int(priority));
 	json_object_object_add(o, "line", json_object_new_string(line));
-	(void)peer_send(&ch.parent, MSG_LOG, 0, -1, o);
+	if (peer_send(&ch.parent, MSG_LOG, 0, -1, o) == -1)
+		fprintf(stderr, "%s\n", line);	/* relayed all the same */
 	json_object_put(o);
 	busy = 0;
 }

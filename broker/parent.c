@@ -70,6 +70,7 @@ static int	parent_recv_ack(struct peer *, struct msg *, struct json_object *);
 static int	parent_recv_log(struct peer *, struct msg *, struct json_object *);
 static void	parent_child_lost(struct peer *, const char *);
 static void	parent_spawn(struct child_proc *);
+static void	child_err_close(struct child_proc *);
 static void	worker_backoff(struct child_proc *);
 static void	parent_shutdown(int);
 
@@ -160,8 +161,7 @@ child_free(struct child_proc *cp)
 	peer_detach(&cp->cp_peer);
 	if (cp->cp_note != -1)
 		close(cp->cp_note);
-	if (cp->cp_err != NULL)
-		bufferevent_free(cp->cp_err);
+	child_err_close(cp);
 	if (cp->cp_timer != NULL)
 		event_free(cp->cp_timer);
 	free(cp);
@@ -372,60 +372,85 @@ parent_child_lost(struct peer *p, const char *why)
  * was up or after it broke.  Each line is logged as the child's, escaped
  * and under its name (log_child_line), never written straight to where
  * the parent's lines go: a compromised child cannot forge another's.
+ * A piece of a line leaves room for the name in front and \xHH escapes.
  */
-static void
-child_err_line(struct child_proc *cp, const char *line)
-{
-	char buf[LOG_LINE_MAX];
+#define ERR_PIECE	((LOG_LINE_MAX - NAME_MAX_LEN - 16) / 4)
+/* What is read of a child's stderr when it goes, at most. */
+#define ERR_LAST_WORDS	(1024 * 1024)
 
-	log_child_line(cp->cp_peer.p_name, line, buf, sizeof(buf));
-	log_line(LOG_WARNING, buf);
+static void
+child_err_line(struct child_proc *cp, const char *text, size_t len)
+{
+	char	piece[ERR_PIECE + 1], buf[LOG_LINE_MAX];
+	size_t	n;
+
+	do {
+		n = len < ERR_PIECE ? len : ERR_PIECE;
+		memcpy(piece, text, n);
+		piece[n] = '\0';
+		log_child_line(cp->cp_peer.p_name, piece, buf, sizeof(buf));
+		log_line(LOG_WARNING, buf);
+		text += n;
+		len -= n;
+	} while (len > 0);
 }
 
-/* Whole lines; one longer than a log line goes in pieces. */
+/* Whole lines; what does not end in ERR_PIECE bytes goes in pieces. */
 static void
 child_err_read(struct bufferevent *bev, void *arg)
 {
 	struct evbuffer	*in = bufferevent_get_input(bev);
-	char		*line, piece[LOG_LINE_MAX];
+	char		*line, piece[ERR_PIECE];
 	size_t		 n;
 	int		 got;
 
 	while ((line = evbuffer_readln(in, &n, EVBUFFER_EOL_LF)) != NULL) {
-		child_err_line(arg, line);
+		child_err_line(arg, line, n);
 		free(line);
 	}
-	while (evbuffer_get_length(in) >= sizeof(piece) - 1 &&
-	    (got = evbuffer_remove(in, piece, sizeof(piece) - 1)) > 0) {
-		piece[got] = '\0';
-		child_err_line(arg, piece);
-	}
+	while (evbuffer_get_length(in) >= sizeof(piece) &&
+	    (got = evbuffer_remove(in, piece, sizeof(piece))) > 0)
+		child_err_line(arg, piece, (size_t)got);
 }
 
-/* The child is gone (or closed its stderr): its last words, if any. */
+/*
+ * The child is gone, or its record is going: what it wrote last (a
+ * sanitizer's report, fatal's words) is read to the end and logged.
+ */
+static void
+child_err_close(struct child_proc *cp)
+{
+	struct evbuffer	*in;
+	char		 rest[ERR_PIECE];
+	size_t		 total = 0;
+	int		 got;
+
+	if (cp->cp_err == NULL)
+		return;
+	in = bufferevent_get_input(cp->cp_err);
+	while (total < ERR_LAST_WORDS && (got = evbuffer_read(in,
+	    bufferevent_getfd(cp->cp_err), ERR_PIECE)) > 0) {
+		total += (size_t)got;
+		child_err_read(cp->cp_err, cp);
+	}
+	if ((got = evbuffer_remove(in, rest, sizeof(rest))) > 0)
+		child_err_line(cp, rest, (size_t)got);
+	bufferevent_free(cp->cp_err);
+	cp->cp_err = NULL;
+}
+
 static void
 child_err_event(struct bufferevent *bev, short what, void *arg)
 {
-	struct child_proc	*cp = arg;
-	char			 rest[LOG_LINE_MAX];
-	int			 got;
-
+	(void)bev;
 	(void)what;
-	child_err_read(bev, cp);
-	if ((got = evbuffer_remove(bufferevent_get_input(bev), rest,
-	    sizeof(rest) - 1)) > 0) {
-		rest[got] = '\0';
-		child_err_line(cp, rest);
-	}
-	bufferevent_free(bev);
-	cp->cp_err = NULL;
+	child_err_close(arg);
 }
 
 static void
 child_err_attach(struct child_proc *cp, int fd)
 {
-	if (cp->cp_err != NULL)
-		bufferevent_free(cp->cp_err);	/* the previous run's */
+	child_err_close(cp);	/* the previous run's */
 	if ((cp->cp_err = bufferevent_socket_new(parent.base, fd,
 	    BEV_OPT_CLOSE_ON_FREE)) == NULL)
 		fatalx("bufferevent_socket_new");

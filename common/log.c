@@ -154,13 +154,21 @@ log_emit(int priority, const char *line)
 		syslog(priority, "%s", line);
 }
 
+/* In fatal(): a child's last words, which its channel may not carry. */
+static int		 log_dying;
+
 void
 log_line(int priority, const char *line)
 {
 	int saved_errno = errno;
 
-	/* A child's lines are the parent's to write, in -d mode too. */
-	if (log_sink != NULL)
+	/*
+	 * A child's lines are the parent's to write, in -d mode too; its
+	 * last words go to its stderr, which the parent reads to the end.
+	 */
+	if (log_sink != NULL && log_dying)
+		fprintf(stderr, "%s\n", line);
+	else if (log_sink != NULL)
 		log_sink(priority, line);
 	else
 		log_emit(priority, line);
@@ -333,6 +341,7 @@ fatal(const char *fmt, ...)
 {
 	va_list ap;
 
+	log_dying = 1;
 	va_start(ap, fmt);
 	vlog(LOG_CRIT, 1, fmt, ap);
 	va_end(ap);
@@ -344,6 +353,7 @@ fatalx(const char *fmt, ...)
 {
 	va_list ap;
 
+	log_dying = 1;
 	va_start(ap, fmt);
 	vlog(LOG_CRIT, 0, fmt, ap);
 	va_end(ap);

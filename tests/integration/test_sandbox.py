@@ -83,6 +83,9 @@ class SeccompKillTest(unittest.TestCase):
         self.b.wait_log(r"worker probe: parent: forged\\x1b\[2J", timeout=30)
         self.assertNotRegex(self.b.log(), r"(?m)^parent: forged")
         self.assertEqual(self.b.processes()["worker probe"]["pid"], pid)
+        # a child's last words (fatal) reach the log
+        self.gdb(pid, 'print (void)fatalx("last words")', "continue")
+        self.b.wait_log(r"worker probe: last words", timeout=30)
 
 
 def fds(pid):
