@@ -1526,10 +1526,12 @@ llm_done(struct http_request *req, int err, const char *why, void *arg)
 	struct turn	*t = arg;
 	size_t		 i;
 
-	(void)req;
 	t->t_http = NULL;
 	cmetrics_llm_call(t->t_s->s_provider, session_model(t->t_s),
 	    llm_outcome(t, err), metrics_now() - t->t_round_began);
+	/* Timed out or cut off after it went out: the prompt was read. */
+	if (err != 0 && t->t_status == 0 && http_request_sent(req))
+		round_meter(t, 0);
 	if (err == HTTP_ERR_TIMEOUT) {
 		turn_fail(t, 504, "provider_timeout", 1, "provider %s did not "
 		    "answer in time: %s", t->t_s->s_provider, why);

@@ -1215,12 +1215,6 @@ handle_response(struct mcp_session *s, struct json_object *msg,
 		set_error(&err, MCP_ERR_PROTOCOL, "%s: result is not an object",
 		    pd->pd_method);
 		pending_finish(s, pd, NULL, &err);
-	} else if (!json_numbers_ok(result, 0)) {
-		/* json-c would write NaN out again: not JSON to whoever reads */
-		set_error(&err, MCP_ERR_PROTOCOL, "%s: the result holds a "
-		    "number JSON does not have (NaN, Infinity) or one beyond "
-		    "64 bits", pd->pd_method);
-		pending_finish(s, pd, NULL, &err);
 	} else
 		pending_finish(s, pd, result, NULL);
 }
@@ -1241,6 +1235,22 @@ handle_message(struct mcp_session *s, struct json_object *msg)
 	has_id = json_object_object_get_ex(msg, "id", &id) && id != NULL;
 	if (json_get_str(msg, "method", 128, 1, &method) == -1) {
 		bad_message(s, "invalid method");
+		return;
+	}
+	/*
+	 * json-c reads NaN and Infinity and would write them out again: not
+	 * JSON to whoever reads next.  An answer with one fails its request;
+	 * anything else with one is dropped.
+	 */
+	if (!json_numbers_ok(msg, 0)) {
+		if (method == NULL && has_id && json_object_is_type(id,
+		    json_type_int))
+			mcp_session_request_failed(s, json_object_get_int64(id),
+			    MCP_ERR_PROTOCOL, "the answer holds a number JSON "
+			    "does not have (NaN, Infinity) or one beyond 64 bits");
+		else
+			bad_message(s, "a message holds a number JSON does not "
+			    "have; dropped");
 		return;
 	}
 	if (method == NULL) {

@@ -181,6 +181,21 @@ class StoppedEarlyTest(UsageBase):
         self.assertEqual(row, "1|1|1")
 
 
+class TimedOutEarlyTest(UsageBase):
+    budgets = "limits { llm-timeout 1s }\n"
+
+    def test_a_round_that_timed_out_before_its_answer_is_counted(self):
+        alice = self.user("alice")
+        alice.connect()
+        self.llm.script({"delay_ms": 3000, "text": "late"})
+        status, doc = alice.chat("x" * 4000, streaming=False)
+        self.assertEqual((status, doc["error"]["code"]),
+                         (504, "provider_timeout"), doc)
+        row = sqlite(self.b, "SELECT COUNT(*), SUM(input_tokens) >= 1000, "
+                     "MIN(estimated) FROM usage WHERE user = 'alice'")
+        self.assertEqual(row, "1|1|1")
+
+
 class RolloverTest(UsageBase):
     budgets = ('budget user "alice" daily-tokens 100\n'
                'budget tenant "acme" monthly-tokens 1000\n')
