@@ -1860,7 +1860,14 @@ chat_connect(uint64_t id, const struct store_user *u,
 	memset(&tmp, 0, sizeof(tmp));
 	if (connect_options(id, &tmp, body) == -1)
 		return;
-	if ((s = session_find(user)) != NULL)
+	/* One session per name: another tenant's is not this caller's to end. */
+	if ((s = session_find(user)) != NULL && strcmp(s->s_tenant,
+	    u->su_tenant) != 0) {
+		api_error(id, 409, "name_in_use", "a user of another tenant "
+		    "with this name has a chat session open");
+		return;
+	}
+	if (s != NULL)
 		session_free(s);
 	s = session_new(user);
 	session_identity(s, u);
@@ -2025,7 +2032,8 @@ chat_approve(uint64_t id, const struct store_user *u, struct json_object *body)
 		if (t->t_calls[i].c_pending != NULL &&
 		    strcmp(t->t_calls[i].c_id, call_id) == 0 && (input == NULL ||
 		    json_object_equal(input, t->t_calls[i].c_pending))) {
-			if (c != NULL) {
+			/* The same input twice: either is the one approved. */
+			if (c != NULL && input == NULL) {
 				api_error(id, 409, "ambiguous_call", "more than "
 				    "one call %s waits: send the \"input\" you "
 				    "approve", call_id);

@@ -2385,13 +2385,15 @@ want(struct json_object *filter, const char *key)
  * changes the client opted in to, acknowledged first with what we honour.
  */
 static size_t
-listens_of(const char *user)
+listens_of(const struct store_user *u)
 {
 	const struct mcp_req	*mr;
 	size_t			 n = 0;
 
 	TAILQ_FOREACH(mr, &reqs, mr_entry)
-		if (mr->mr_listen && strcmp(mr->mr_user.su_name, user) == 0)
+		if (mr->mr_listen && strcmp(mr->mr_user.su_name,
+		    u->su_name) == 0 && strcmp(mr->mr_user.su_tenant,
+		    u->su_tenant) == 0)
 			n++;
 	return n;
 }
@@ -2411,7 +2413,7 @@ m_listen(struct mcp_req *mr)
 		return;
 	}
 	/* Streams stay open: one user's may not take every place in flight. */
-	if (listens_of(mr->mr_user.su_name) >= LISTENS_PER_USER) {
+	if (listens_of(&mr->mr_user) >= LISTENS_PER_USER) {
 		req_error(mr, RPC_INVALID, "too many open subscriptions/listen "
 		    "streams (%d): close one first", LISTENS_PER_USER);
 		return;

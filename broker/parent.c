@@ -1097,10 +1097,13 @@ resolve_instance_user(void)
 		    parent.opts->o_conffile);
 		return -1;
 	}
-	if (pw->pw_uid == 0 || pw->pw_uid == parent.uid) {
+	/* The state directory is the children's group's to read too. */
+	if (pw->pw_uid == 0 || pw->pw_uid == parent.uid ||
+	    pw->pw_gid == parent.gid) {
 		log_warnx("instance-user \"%s\" is %s; server instances need "
-		    "a user of their own", name, pw->pw_uid == 0 ? "root" :
-		    "the children's user");
+		    "a user and group of their own", name, pw->pw_uid == 0 ?
+		    "root" : pw->pw_uid == parent.uid ? "the children's user" :
+		    "in the children's group");
 		return -1;
 	}
 	parent.inst_uid = pw->pw_uid;

@@ -355,6 +355,10 @@ class JwtTest(unittest.TestCase):
                                    squat)[0], 404)
         self.assertEqual(len(self.call("/api/v1/conversations", jane)[2]
                              ["conversations"]), 1)
+        # nor can it end that session by connecting under the same name
+        status, doc = self.post("/llmchat/connect", {"provider": "llm"},
+                                squat)
+        self.assertEqual((status, doc["error"]["code"]), (409, "name_in_use"))
         # the same session, on a token that no longer carries "ops"
         bare = self.keys.sign("HS256", {"alg": "HS256", "kid": "h"},
                               claims(groups=["analyst"], org="acme"))

@@ -235,7 +235,9 @@ class InstanceUserTest(unittest.TestCase):
             with self.assertRaises(AssertionError):
                 b.start()
             self.assertNotEqual(b.wait_exit(), 0)
-            self.assertIn('instance-user "%s" is %s' % (name, why), b.log())
+            self.assertIn('instance-user "%s" is %s; server instances need '
+                          'a user and group of their own' % (name, why),
+                          b.log())
 
 
 if __name__ == "__main__":
