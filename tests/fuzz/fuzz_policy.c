@@ -118,6 +118,19 @@ beneath(const char *path, size_t len, const char *prefix)
 	return 1;
 }
 
+/*
+ * What the documentation says a condition cannot check: a path that does
+ * not normalise, or a relative one against an absolute prefix.  A deny
+ * rule applies to it.
+ */
+static int
+unreadable(const char *path, size_t len)
+{
+	static struct comps a;
+
+	return split(path, len, &a) == -1 || !a.absolute;
+}
+
 static void
 check_prefix(const struct policy_caller *c, const char *tool,
     struct json_object *args, const struct policy_decision *d)
@@ -133,7 +146,7 @@ check_prefix(const struct policy_caller *c, const char *tool,
 		return;
 	path = json_object_get_string(v);
 	len = (size_t)json_object_get_string_len(v);
-	secret = beneath(path, len, "/srv/secret");
+	secret = beneath(path, len, "/srv/secret") || unreadable(path, len);
 	public = beneath(path, len, "/srv/share/public/");
 	line = d->pd_rule != NULL ? d->pd_rule->pr_line : 0;
 	if ((line == RULE_SECRET) != (secret && c != &callers[3]))

@@ -616,6 +616,16 @@ test_deny_what_cannot_be_checked(void **state)
 	json_object_put(args);
 	free(big);
 	config_free(conf);
+	/* An absolute path is not under a relative prefix: it can tell. */
+	conf = conf_of("deny tool \"files.*\" where path prefix \"rel/dir\"\n"
+	    "allow tool \"files.*\"\n");
+	assert_int_equal(decide(conf, &alice, "files.read_file",
+	    "{\"path\":\"/rel/dir/a\"}"), POLICY_ALLOW);
+	assert_int_equal(decide(conf, &alice, "files.read_file",
+	    "{\"path\":\"rel/dir/a\"}"), POLICY_DENY);
+	assert_int_equal(decide(conf, &alice, "files.read_file",
+	    "{\"path\":\"../x\"}"), POLICY_DENY);	/* above its root */
+	config_free(conf);
 	/* A confirm rule likewise: what it cannot check, a person sees. */
 	conf = conf_of("confirm tool \"files.*\" where path prefix \"/etc\"\n"
 	    "allow tool \"files.*\"\n");
