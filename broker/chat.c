@@ -2215,11 +2215,12 @@ chat_forget_conversation(const char *conversation)
 }
 
 void
-chat_forget_user(const char *user)
+chat_forget_user(const char *user, const char *tenant)
 {
 	struct session *s;
 
-	if ((s = session_find(user)) != NULL)
+	if ((s = session_find(user)) != NULL && strcmp(s->s_tenant,
+	    tenant) == 0)
 		session_free(s);
 }
 

@@ -33,7 +33,8 @@ void	chat_request_gone(uint64_t id);
  * deleted user's or tenant's sessions end.
  */
 void	chat_forget_conversation(const char *conversation);
-void	chat_forget_user(const char *user);
+/* A deleted user's session ends: the name within that tenant only. */
+void	chat_forget_user(const char *user, const char *tenant);
 void	chat_forget_tenant(const char *tenant);
 
 #endif

@@ -171,7 +171,6 @@ child_recv_done(struct peer *p, struct msg *m, struct json_object *o)
 		config_free(conf);
 		return -1;
 	}
-	log_set_json(conf->c_log_json);
 	if (ch.hooks->ch_configure(conf, reload) == -1) {
 		config_free(conf);
 		return -1;

@@ -1039,6 +1039,7 @@ static void
 admin_user(uint64_t id, const char *op, struct json_object *o)
 {
 	struct json_object	*r;
+	struct store_user	 gone;
 	const char		*name = NULL, *tenant = NULL, *roles = NULL;
 	char			 key[KEY_MAX], why[256];
 	int			 rc = 0;
@@ -1053,8 +1054,10 @@ admin_user(uint64_t id, const char *op, struct json_object *o)
 		return;
 	}
 	/* The session ends first, so that what its turn writes goes too. */
-	if (strcmp(op, "user_del") == 0)
-		chat_forget_user(name);
+	if (strcmp(op, "user_del") == 0 && store_user_get(name, &gone) == 0)
+		chat_forget_user(gone.su_name, gone.su_tenant);
+	else
+		gone.su_name[0] = '\0';
 	r = json_object_new_object();
 	key[0] = '\0';
 	if (strcmp(op, "user_list") == 0)
@@ -1073,7 +1076,8 @@ admin_user(uint64_t id, const char *op, struct json_object *o)
 		explicit_bzero(key, sizeof(key));
 		log_info("admin: %s for user %s", op, name);
 	} else if (strcmp(op, "user_del") == 0) {
-		mcp_forget_user(name);
+		if (gone.su_name[0] != '\0')
+			mcp_forget_user(gone.su_name, gone.su_tenant);
 		log_info("admin: user %s deleted", name);
 	}
 	admin_reply(id, r);
@@ -1304,13 +1308,13 @@ users_api_del(uint64_t id, const struct store_user *u, const char *name)
 	}
 	if (user_target(id, u, name, &su) == -1)
 		return;
-	chat_forget_user(su.su_name);
+	chat_forget_user(su.su_name, su.su_tenant);
 	if (user_change("user_del", su.su_name, NULL, NULL, u, key, why,
 	    sizeof(why)) == -1) {
 		api_error(id, 503, "unavailable", "%s", why);
 		return;
 	}
-	mcp_forget_user(su.su_name);
+	mcp_forget_user(su.su_name, su.su_tenant);
 	log_info("admin: user %s deleted by %s", su.su_name, u->su_name);
 	r = json_object_new_object();
 	json_object_object_add(r, "deleted", json_object_new_string(

@@ -118,6 +118,7 @@ struct mcp_sess {
 	char			 ms_id[SID_LEN + 1];	/* secret */
 	char			 ms_label[24];	/* not secret: logs, audit */
 	char			 ms_user[65];
+	char			 ms_tenant[65];
 	char			 ms_toolset[NAME_MAX_LEN];
 	char			 ms_version[16];
 	uint64_t		 ms_used_ms;
@@ -668,12 +669,13 @@ sess_make_room(const char *user)
 }
 
 static struct mcp_sess *
-sess_new(const char *user, const char *toolset, const char *version)
+sess_new(const struct store_user *u, const char *toolset,
+    const char *version)
 {
 	struct mcp_sess	*ms;
 	unsigned char	 r[8];
 
-	sess_make_room(user);
+	sess_make_room(u->su_name);
 	if ((ms = calloc(1, sizeof(*ms))) == NULL)
 		fatal("calloc");
 	if (sid_new(ms->ms_id) == -1 || getrandom(r, sizeof(r), 0) !=
@@ -684,7 +686,8 @@ sess_new(const char *user, const char *toolset, const char *version)
 	snprintf(ms->ms_label, sizeof(ms->ms_label), "mcp-%02x%02x%02x%02x"
 	    "%02x%02x%02x%02x", r[0], r[1], r[2], r[3], r[4], r[5], r[6],
 	    r[7]);
-	snprintf(ms->ms_user, sizeof(ms->ms_user), "%s", user);
+	snprintf(ms->ms_user, sizeof(ms->ms_user), "%s", u->su_name);
+	snprintf(ms->ms_tenant, sizeof(ms->ms_tenant), "%s", u->su_tenant);
 	snprintf(ms->ms_toolset, sizeof(ms->ms_toolset), "%s", toolset);
 	snprintf(ms->ms_version, sizeof(ms->ms_version), "%s", version);
 	TAILQ_INIT(&ms->ms_streams);
@@ -694,13 +697,13 @@ sess_new(const char *user, const char *toolset, const char *version)
 	nsessions++;
 	ticker_start();
 	log_info("mcp: session %s for %s on toolset %s (%s)", ms->ms_label,
-	    user, toolset, version);
+	    u->su_name, toolset, version);
 	return ms;
 }
 
 /* The session named by sid, if the caller's; NULL otherwise. */
 static struct mcp_sess *
-sess_find(const char *sid, const char *user)
+sess_find(const char *sid, const struct store_user *u)
 {
 	struct mcp_sess *ms;
 
@@ -708,7 +711,9 @@ sess_find(const char *sid, const char *user)
 		return NULL;
 	TAILQ_FOREACH(ms, &sessions, ms_entry)
 		if (CRYPTO_memcmp(ms->ms_id, sid, SID_LEN) == 0)
-			return strcmp(ms->ms_user, user) == 0 ? ms : NULL;
+			return strcmp(ms->ms_user, u->su_name) == 0 &&
+			    strcmp(ms->ms_tenant, u->su_tenant) == 0 ? ms :
+			    NULL;
 	return NULL;
 }
 
@@ -1549,7 +1554,7 @@ m_initialize(struct mcp_req *mr)
 
 	want = obj_str(mr->mr_params, "protocolVersion");
 	v = want != NULL && legacy_version(want) ? want : legacy_versions[0];
-	if ((ms = sess_new(mr->mr_user.su_name, mr->mr_toolset, v)) == NULL) {
+	if ((ms = sess_new(&mr->mr_user, mr->mr_toolset, v)) == NULL) {
 		req_error(mr, RPC_INTERNAL, "no session could be made");
 		return;
 	}
@@ -2836,7 +2841,7 @@ session_of(uint64_t http, const struct store_user *u, const char *toolset,
 		return NULL;
 	}
 	/* Another user's session is as unknown to this one as any. */
-	if ((ms = sess_find(in->in_sid, u->su_name)) == NULL ||
+	if ((ms = sess_find(in->in_sid, u)) == NULL ||
 	    strcmp(ms->ms_toolset, toolset) != 0) {
 		(void)sess_foreign(in->in_sid, u->su_name, in->in_peer);
 		http_rpc_error(http, 404, rid, RPC_NO_SESSION, NULL,
@@ -3077,16 +3082,18 @@ mcp_reconfigure(void)
 }
 
 void
-mcp_forget_user(const char *user)
+mcp_forget_user(const char *user, const char *tenant)
 {
 	struct mcp_sess	*ms, *snext;
 	struct mcp_req	*mr, *rnext;
 
 	TAILQ_FOREACH_SAFE(ms, &sessions, ms_entry, snext)
-		if (strcmp(ms->ms_user, user) == 0)
+		if (strcmp(ms->ms_user, user) == 0 && strcmp(ms->ms_tenant,
+		    tenant) == 0)
 			sess_end(ms, "the user was deleted");
 	TAILQ_FOREACH_SAFE(mr, &reqs, mr_entry, rnext)
-		if (strcmp(mr->mr_user.su_name, user) == 0)
+		if (strcmp(mr->mr_user.su_name, user) == 0 &&
+		    strcmp(mr->mr_user.su_tenant, tenant) == 0)
 			req_cancel(mr);
 }
 

@@ -32,6 +32,7 @@ void	mcp_server_notify(const char *server, const char *method,
 /* A configuration was loaded: sessions of toolsets gone end. */
 void	mcp_reconfigure(void);
 /* A user was deleted: their sessions end. */
-void	mcp_forget_user(const char *user);
+/* A deleted user's sessions and requests end: the name in that tenant. */
+void	mcp_forget_user(const char *user, const char *tenant);
 
 #endif

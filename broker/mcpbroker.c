@@ -55,7 +55,7 @@ main(int argc, char *argv[])
 
 	memset(&o, 0, sizeof(o));
 	o.o_conffile = CONF_DEFAULT_PATH;
-	while ((ch = getopt(argc, argv, "dD:f:JnP:S:v")) != -1) {
+	while ((ch = getopt(argc, argv, "dD:f:nP:S:v")) != -1) {
 		switch (ch) {
 		case 'd':
 			o.o_foreground = 1;
@@ -68,9 +68,6 @@ main(int argc, char *argv[])
 			break;
 		case 'f':
 			o.o_conffile = optarg;
-			break;
-		case 'J':	/* a child: log-format json from the start */
-			log_set_json(1);
 			break;
 		case 'n':
 			o.o_check = 1;

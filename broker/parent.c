@@ -389,7 +389,8 @@ child_err_line(struct child_proc *cp, const char *text, size_t len)
 		memcpy(piece, text, n);
 		piece[n] = '\0';
 		log_child_line(cp->cp_peer.p_name, piece, buf, sizeof(buf));
-		log_line(LOG_WARNING, buf);
+		/* A fatal() among them: not quieter than the child meant. */
+		log_line(LOG_ERR, buf);
 		text += n;
 		len -= n;
 	} while (len > 0);

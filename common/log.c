@@ -61,12 +61,6 @@ log_set_json(int on)
 	log_json = on;
 }
 
-int
-log_get_json(void)
-{
-	return log_json;
-}
-
 static const char *
 level_str(int priority)
 {

@@ -27,7 +27,6 @@ void	log_set_sink(log_sink_fn);
  * parent text either way.
  */
 void	log_set_json(int);
-int	log_get_json(void);
 const char *log_procname(void);
 /* A line already formatted elsewhere (a child's, relayed by the parent). */
 void	log_line(int priority, const char *line);

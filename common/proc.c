@@ -269,9 +269,6 @@ proc_exec_child(const char *self, enum proc_kind kind, const char *name,
 		vflags[i] = 'v';
 	if (verbose > 0)
 		argv[argc++] = vflags;
-	/* A child's first lines, before its configuration, in the format. */
-	if (log_get_json())
-		argv[argc++] = "-J";
 	argv[argc] = NULL;
 	child_env(env);
 	execve(self, argv, env);

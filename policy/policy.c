@@ -309,12 +309,10 @@ path_has_prefix(const char *arg, size_t len, const char *prefix)
 	if (path_normalise(prefix, strlen(prefix), p, sizeof(p)) == -1 ||
 	    p[0] == '\0')
 		return COND_FALSE;	/* the parser refuses such a prefix */
-	/* Relative: under the server's directory, wherever that is. */
+	/* Relative is under the server's directory, wherever that is. */
 	if (path_normalise(arg, len, a, sizeof(a)) == -1 ||
-	    (a[0] != '/' && p[0] == '/'))
+	    (a[0] == '/') != (p[0] == '/'))
 		return COND_UNKNOWN;
-	if (a[0] == '/' && p[0] != '/')
-		return COND_FALSE;
 	if (strcmp(p, "/") == 0)
 		return COND_TRUE;
 	n = strlen(p);

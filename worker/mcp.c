@@ -1239,8 +1239,9 @@ handle_message(struct mcp_session *s, struct json_object *msg)
 	}
 	/*
 	 * json-c reads NaN and Infinity and would write them out again: not
-	 * JSON to whoever reads next.  An answer with one fails its request;
-	 * anything else with one is dropped.
+	 * JSON to whoever reads next.  An answer with one fails its request,
+	 * a request with one is answered with an error, a notification with
+	 * one is dropped.
 	 */
 	if (!json_numbers_ok(msg, 0)) {
 		if (method == NULL && has_id && json_object_is_type(id,
@@ -1248,6 +1249,10 @@ handle_message(struct mcp_session *s, struct json_object *msg)
 			mcp_session_request_failed(s, json_object_get_int64(id),
 			    MCP_ERR_PROTOCOL, "the answer holds a number JSON "
 			    "does not have (NaN, Infinity) or one beyond 64 bits");
+		else if (method != NULL && has_id && json_numbers_ok(id, 0))
+			send_error_reply(s, id, MCP_INVALID_PARAMS, "a number "
+			    "JSON does not have (NaN, Infinity) or one beyond "
+			    "64 bits");
 		else
 			bad_message(s, "a message holds a number JSON does not "
 			    "have; dropped");

@@ -120,8 +120,8 @@ beneath(const char *path, size_t len, const char *prefix)
 
 /*
  * What the documentation says a condition cannot check: a path that does
- * not normalise, or a relative one against an absolute prefix.  A deny
- * rule applies to it.
+ * not normalise, or a relative one against an absolute prefix (rule 3's).
+ * A deny rule applies to it.
  */
 static int
 unreadable(const char *path, size_t len)

@@ -359,6 +359,8 @@ class JwtTest(unittest.TestCase):
         status, doc = self.post("/llmchat/connect", {"provider": "llm"},
                                 squat)
         self.assertEqual((status, doc["error"]["code"]), (409, "name_in_use"))
+        # deleting the local "jane" ends nothing of the token user's
+        self.b.ctl("user", "del", "jane")
         # the same session, on a token that no longer carries "ops"
         bare = self.keys.sign("HS256", {"alg": "HS256", "kid": "h"},
                               claims(groups=["analyst"], org="acme"))

@@ -41,9 +41,10 @@ chat_forget_conversation(const char *conversation)
 }
 
 void
-chat_forget_user(const char *user)
+chat_forget_user(const char *user, const char *tenant)
 {
 	(void)user;
+	(void)tenant;
 }
 
 void

@@ -616,11 +616,16 @@ test_deny_what_cannot_be_checked(void **state)
 	json_object_put(args);
 	free(big);
 	config_free(conf);
-	/* An absolute path is not under a relative prefix: it can tell. */
+	/*
+	 * A relative prefix is under the server's directory, which the
+	 * policy does not know: an absolute path cannot be checked against it.
+	 */
 	conf = conf_of("deny tool \"files.*\" where path prefix \"rel/dir\"\n"
 	    "allow tool \"files.*\"\n");
 	assert_int_equal(decide(conf, &alice, "files.read_file",
-	    "{\"path\":\"/rel/dir/a\"}"), POLICY_ALLOW);
+	    "{\"path\":\"/rel/dir/a\"}"), POLICY_DENY);
+	assert_int_equal(decide(conf, &alice, "files.read_file",
+	    "{\"path\":\"other/a\"}"), POLICY_ALLOW);
 	assert_int_equal(decide(conf, &alice, "files.read_file",
 	    "{\"path\":\"rel/dir/a\"}"), POLICY_DENY);
 	assert_int_equal(decide(conf, &alice, "files.read_file",
