@@ -2032,8 +2032,9 @@ chat_approve(uint64_t id, const struct store_user *u, struct json_object *body)
 		if (t->t_calls[i].c_pending != NULL &&
 		    strcmp(t->t_calls[i].c_id, call_id) == 0 && (input == NULL ||
 		    json_object_equal(input, t->t_calls[i].c_pending))) {
-			/* The same input twice: either is the one approved. */
-			if (c != NULL && input == NULL) {
+			/* The same tool and input twice: either is the one. */
+			if (c != NULL && (input == NULL ||
+			    c->c_map != t->t_calls[i].c_map)) {
 				api_error(id, 409, "ambiguous_call", "more than "
 				    "one call %s waits: send the \"input\" you "
 				    "approve", call_id);

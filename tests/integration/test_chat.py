@@ -419,7 +419,7 @@ class ChatPolicyTest(unittest.TestCase):
 
 class ChatApprovalTest(ChatBase):
     """confirm rules: the user approves each call, for exactly its input."""
-    limits = ('confirm tool "files.read_file"\n'
+    limits = ('confirm tool "files.read_file" "files.read_text_file"\n'
               'limits { approval-timeout 1s }')
 
     def stream(self, answer):
@@ -506,6 +506,25 @@ class ChatApprovalTest(ChatBase):
                          (409, "ambiguous_call"))
         self.assertEqual([a[0] for a in answers[1:]], [200, 200])
         self.assertEqual(len([e for e, _ in events if e == "tool_end"]), 2)
+
+    def test_same_id_and_input_of_two_tools_is_ambiguous(self):
+        """Even with the input: the user approved one tool, not the
+        other that happens to take the same arguments."""
+        self.llm.script({"tool_calls": [
+            {"name": "files__read_file", "arguments": {"path": self.file},
+             "id": "dup"},
+            {"name": "files__read_text_file",
+             "arguments": {"path": self.file}, "id": "dup"}]},
+            {"text": "done"})
+        answers = []
+
+        def answer(d):
+            if not answers:
+                answers.append(self.approve(d, approve=True,
+                                            input=d["input"]))
+        self.stream(answer)
+        self.assertEqual((answers[0][0], answers[0][1]["error"]["code"]),
+                         (409, "ambiguous_call"))
 
     def test_unanswered_approval_expires(self):
         self.llm.script(self.read_file_step(), {"text": "gave up"})
