@@ -122,8 +122,8 @@ def main():
     daemon = read(src, "man/mcpbroker.8")
     opts = re.search(r'getopt\(argc, argv, "([A-Za-z:]+)"\)',
                      read(src, "broker/mcpbroker.c")).group(1)
-    # -P, -S and -J are how the parent starts its children, not for people.
-    for ch in sorted(set(opts) - set(":PSJ")):
+    # -P and -S are how the parent starts its children, not for people.
+    for ch in sorted(set(opts) - set(":PS")):
         if "-" + ch not in flags(daemon):
             problems.append("mcpbroker.8: option -%s (broker/mcpbroker.c) "
                             "is not documented" % ch)
