@@ -560,30 +560,51 @@ test_missing_and_mistyped_arguments(void **state)
 }
 
 /*
- * A deny rule applies to a call it cannot check: a path that does not
- * normalise or is relative, a value of another type, a NUL.  Without
- * that, the allow rule below it let such a call through.
+ * A deny or confirm rule applies to a call it cannot check: a path that
+ * does not normalise, is relative against an absolute prefix or absolute
+ * against a relative one, a value of another type, a NUL.  Without that,
+ * the allow rule below it let such a call through.  An allow rule still
+ * needs its conditions to hold.
  */
+#define DENY_ETC	"deny tool \"files.*\" where path prefix \"/etc\"\n" \
+			"allow tool \"files.*\"\n"
+#define DENY_REL	"deny tool \"files.*\" where path prefix \"rel/dir\"\n" \
+			"allow tool \"files.*\"\n"
+#define CONFIRM_ETC	"confirm tool \"files.*\" where path prefix \"/etc\"\n" \
+			"allow tool \"files.*\"\n"
+#define ALLOW_SRV	"allow tool \"files.*\" where path prefix \"/srv\"\n"
+
 static void
 test_deny_what_cannot_be_checked(void **state)
 {
-	static const char *const denied[] = {
-		"{\"path\":\"/etc/shadow\"}",
-		"{\"path\":\"/../etc/shadow\"}",		/* .. above / */
-		"{\"path\":\"etc/shadow\"}",		/* relative */
-		"{\"path\":\"./etc/shadow\"}",
-		"{\"path\":[\"/etc/shadow\"]}",		/* not a string */
-		"{\"path\":{\"p\":\"/etc/shadow\"}}",
-		"{\"path\":7}",
-		"{\"path\":\"/etc/shadow\\u0000x\"}",	/* a NUL */
-		"[\"/etc/shadow\"]",			/* not an object */
-	};
-	static const char *const allowed[] = {
-		"{\"path\":\"/srv/a\"}",
-		"{\"path\":\"/etc2/a\"}",
-		"{\"path\":\"/srv/../srv/a\"}",
-		"{}",					/* no path to check */
-		"{\"other\":\"/etc/shadow\"}",
+	static const struct {
+		const char		*rules, *args;
+		enum policy_action	 want;
+	} cases[] = {
+		{ DENY_ETC, "{\"path\":\"/etc/shadow\"}", POLICY_DENY },
+		{ DENY_ETC, "{\"path\":\"/../etc/shadow\"}", POLICY_DENY },
+		{ DENY_ETC, "{\"path\":\"etc/shadow\"}", POLICY_DENY },
+		{ DENY_ETC, "{\"path\":\"./etc/shadow\"}", POLICY_DENY },
+		{ DENY_ETC, "{\"path\":[\"/etc/shadow\"]}", POLICY_DENY },
+		{ DENY_ETC, "{\"path\":{\"p\":\"/etc/shadow\"}}", POLICY_DENY },
+		{ DENY_ETC, "{\"path\":7}", POLICY_DENY },
+		{ DENY_ETC, "{\"path\":\"/etc/shadow\\u0000x\"}", POLICY_DENY },
+		{ DENY_ETC, "[\"/etc/shadow\"]", POLICY_DENY },
+		{ DENY_ETC, "{\"path\":\"/srv/a\"}", POLICY_ALLOW },
+		{ DENY_ETC, "{\"path\":\"/etc2/a\"}", POLICY_ALLOW },
+		{ DENY_ETC, "{\"path\":\"/srv/../srv/a\"}", POLICY_ALLOW },
+		{ DENY_ETC, "{}", POLICY_ALLOW },	/* no path to check */
+		{ DENY_ETC, "{\"other\":\"/etc/shadow\"}", POLICY_ALLOW },
+		/* The server's directory, under a relative prefix, is unknown. */
+		{ DENY_REL, "{\"path\":\"/rel/dir/a\"}", POLICY_DENY },
+		{ DENY_REL, "{\"path\":\"rel/dir/a\"}", POLICY_DENY },
+		{ DENY_REL, "{\"path\":\"../x\"}", POLICY_DENY },
+		{ DENY_REL, "{\"path\":\"other/a\"}", POLICY_ALLOW },
+		/* What a confirm rule cannot check, a person sees. */
+		{ CONFIRM_ETC, "{\"path\":\"/../etc/shadow\"}", POLICY_CONFIRM },
+		{ CONFIRM_ETC, "{\"path\":\"etc/shadow\"}", POLICY_CONFIRM },
+		{ CONFIRM_ETC, "{\"path\":\"/srv/a\"}", POLICY_ALLOW },
+		{ ALLOW_SRV, "{\"path\":\"/../srv/a\"}", POLICY_DENY },
 	};
 	struct mcpbroker_conf	*conf;
 	struct json_object	*args;
@@ -592,17 +613,15 @@ test_deny_what_cannot_be_checked(void **state)
 	size_t			 i;
 
 	(void)state;
-	conf = conf_of("deny tool \"files.*\" where path prefix \"/etc\"\n"
-	    "allow tool \"files.*\"\n");
-	for (i = 0; i < sizeof(denied) / sizeof(denied[0]); i++)
-		if (decide(conf, &alice, "files.read_file", denied[i]) !=
-		    POLICY_DENY)
-			fail_msg("arguments %s were allowed", denied[i]);
-	for (i = 0; i < sizeof(allowed) / sizeof(allowed[0]); i++)
-		if (decide(conf, &alice, "files.read_file", allowed[i]) !=
-		    POLICY_ALLOW)
-			fail_msg("arguments %s were denied", allowed[i]);
-	/* Too long to normalise: the deny rule says so. */
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		conf = conf_of(cases[i].rules);
+		if (decide(conf, &alice, "files.read_file", cases[i].args) !=
+		    cases[i].want)
+			fail_msg("%s%s: not %s", cases[i].rules, cases[i].args,
+			    policy_action_str(cases[i].want));
+		config_free(conf);
+	}
+	/* Too long to normalise: the deny rule says why it applied. */
 	big = malloc(POLICY_PATH_MAX + 64);
 	assert_non_null(big);
 	memset(big, 'a', POLICY_PATH_MAX + 63);
@@ -610,41 +629,12 @@ test_deny_what_cannot_be_checked(void **state)
 	big[POLICY_PATH_MAX + 63] = '\0';
 	args = json_object_new_object();
 	json_object_object_add(args, "path", json_object_new_string(big));
+	conf = conf_of(DENY_ETC);
 	policy_decide(&conf->c_rules, &alice, "files.read_file", args, T0, &d);
 	assert_int_equal(d.pd_action, POLICY_DENY);
 	assert_non_null(strstr(d.pd_reason, "could not be checked"));
 	json_object_put(args);
 	free(big);
-	config_free(conf);
-	/*
-	 * A relative prefix is under the server's directory, which the
-	 * policy does not know: an absolute path cannot be checked against it.
-	 */
-	conf = conf_of("deny tool \"files.*\" where path prefix \"rel/dir\"\n"
-	    "allow tool \"files.*\"\n");
-	assert_int_equal(decide(conf, &alice, "files.read_file",
-	    "{\"path\":\"/rel/dir/a\"}"), POLICY_DENY);
-	assert_int_equal(decide(conf, &alice, "files.read_file",
-	    "{\"path\":\"other/a\"}"), POLICY_ALLOW);
-	assert_int_equal(decide(conf, &alice, "files.read_file",
-	    "{\"path\":\"rel/dir/a\"}"), POLICY_DENY);
-	assert_int_equal(decide(conf, &alice, "files.read_file",
-	    "{\"path\":\"../x\"}"), POLICY_DENY);	/* above its root */
-	config_free(conf);
-	/* A confirm rule likewise: what it cannot check, a person sees. */
-	conf = conf_of("confirm tool \"files.*\" where path prefix \"/etc\"\n"
-	    "allow tool \"files.*\"\n");
-	assert_int_equal(decide(conf, &alice, "files.read_file",
-	    "{\"path\":\"/../etc/shadow\"}"), POLICY_CONFIRM);
-	assert_int_equal(decide(conf, &alice, "files.read_file",
-	    "{\"path\":\"etc/shadow\"}"), POLICY_CONFIRM);
-	assert_int_equal(decide(conf, &alice, "files.read_file",
-	    "{\"path\":\"/srv/a\"}"), POLICY_ALLOW);
-	config_free(conf);
-	/* An allow rule still needs its conditions to hold. */
-	conf = conf_of("allow tool \"files.*\" where path prefix \"/srv\"\n");
-	assert_int_equal(decide(conf, &alice, "files.read_file",
-	    "{\"path\":\"/../srv/a\"}"), POLICY_DENY);
 	config_free(conf);
 }
 
