@@ -2004,15 +2004,45 @@ chat_request_gone(uint64_t id)
  * approval_required event of their own running turn.  With `input`, the
  * answer holds only for exactly those arguments: anything else refuses.
  */
+/*
+ * The waiting call an approval names, in *c: 0 when none has that id, 1
+ * when one does (*c NULL if its input is not the one given), -1 when the
+ * id does not single one out.  Ids are the provider's (and cut at 63
+ * bytes): two waiting calls may share one, and then only the input and
+ * the tool say which is approved.
+ */
+static int
+approval_target(struct turn *t, const char *call_id, struct json_object *input,
+    struct call **c)
+{
+	struct call	*k;
+	size_t		 i;
+	int		 named = 0;
+
+	*c = NULL;
+	for (i = 0; t != NULL && i < t->t_ncalls; i++) {
+		k = &t->t_calls[i];
+		if (k->c_pending == NULL || strcmp(k->c_id, call_id) != 0)
+			continue;
+		named = 1;
+		if (input != NULL && !json_object_equal(input, k->c_pending))
+			continue;
+		/* The same tool and input twice: either is the one. */
+		if (*c != NULL && (input == NULL || (*c)->c_map != k->c_map))
+			return -1;
+		*c = k;
+	}
+	return named;
+}
+
 void
 chat_approve(uint64_t id, const struct store_user *u, struct json_object *body)
 {
 	struct session		*s = session_of(u);
 	struct json_object	*input = NULL, *r, *args;
 	struct turn		*t;
-	struct call		*c = NULL;
+	struct call		*c;
 	const char		*call_id;
-	size_t			 i;
 	int			 approve;
 
 	if (body == NULL || body_str(id, body, "id", 63, 0, &call_id) == -1)
@@ -2024,36 +2054,17 @@ chat_approve(uint64_t id, const struct store_user *u, struct json_object *body)
 	}
 	(void)json_object_object_get_ex(body, "input", &input);
 	t = s != NULL ? s->s_turn : NULL;
-	/*
-	 * Ids are the provider's (and cut at 63 bytes): two waiting calls may
-	 * share one, and then only the input says which is approved.
-	 */
-	for (i = 0; t != NULL && i < t->t_ncalls; i++)
-		if (t->t_calls[i].c_pending != NULL &&
-		    strcmp(t->t_calls[i].c_id, call_id) == 0 && (input == NULL ||
-		    json_object_equal(input, t->t_calls[i].c_pending))) {
-			/* The same tool and input twice: either is the one. */
-			if (c != NULL && (input == NULL ||
-			    c->c_map != t->t_calls[i].c_map)) {
-				api_error(id, 409, "ambiguous_call", "more than "
-				    "one call %s waits: send the \"input\" you "
-				    "approve", call_id);
-				return;
-			}
-			c = &t->t_calls[i];
-		}
-	if (c == NULL && input != NULL) {
-		for (i = 0; t != NULL && i < t->t_ncalls; i++)
-			if (t->t_calls[i].c_pending != NULL &&
-			    strcmp(t->t_calls[i].c_id, call_id) == 0)
-				c = &t->t_calls[i];
-	}
-	if (c == NULL) {
+	switch (approval_target(t, call_id, input, &c)) {
+	case -1:
+		api_error(id, 409, "ambiguous_call", "more than one call %s "
+		    "waits: send the \"input\" you approve", call_id);
+		return;
+	case 0:
 		api_error(id, 404, "not_found", "no call %s is waiting for "
 		    "your approval", call_id);
 		return;
 	}
-	if (input != NULL && !json_object_equal(input, c->c_pending)) {
+	if (c == NULL) {
 		api_error(id, 409, "arguments_changed", "these are not the "
 		    "arguments that asked for approval; nothing was run");
 		return;

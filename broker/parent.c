@@ -480,11 +480,8 @@ parent_spawn(struct child_proc *cp)
 	close(sv[1]);
 	close(note[1]);
 	close(err[1]);
-	if (cp->cp_pid == -1)
-		close(err[0]);
-	else
-		child_err_attach(cp, err[0]);
 	if (cp->cp_pid == -1) {
+		close(err[0]);
 		close(sv[0]);
 		if (cp->cp_kind != PROC_WORKER)
 			fatalx("cannot start %s", cp->cp_name);
@@ -494,6 +491,7 @@ parent_spawn(struct child_proc *cp)
 		worker_backoff(cp);
 		return;
 	}
+	child_err_attach(cp, err[0]);
 	cp->cp_state = CS_STARTING;
 	cp->cp_started_ms = monotonic_ms();
 	if (peer_attach(&cp->cp_peer, parent.base, sv[0]) == -1)
