@@ -145,7 +145,8 @@ static void	round_results(struct turn *);
 static struct audit_async *audit_outcome(struct turn *, struct call *,
 	    const char *, audit_done_fn, void *);
 static void	audit_forged(struct turn *, struct call *);
-static int	audit_approval(struct turn *, struct call *, const char *);
+static int	audit_approval(struct turn *, struct call *, const char *,
+		    const char *);
 static void	approval_clear(struct call *);
 static void	intent_abandon(struct turn *, struct call *);
 
@@ -313,8 +314,11 @@ session_resume(struct session *s, const char *id)
 static void
 session_new_conversation(struct session *s)
 {
+	char owner[OWNER_MAX];
+
 	if (s->s_conversation[0] != '\0')
-		controller_release(s->s_user, s->s_conversation);
+		controller_release(controller_owner(s->s_user, s->s_tenant,
+		    owner), s->s_conversation);
 	conv_id_new(s->s_conversation);
 	s->s_stored = 0;
 }
@@ -1077,13 +1081,17 @@ audit_forged(struct turn *t, struct call *c)
  * when it could not be written (then an approved call does not run).
  */
 static int
-audit_approval(struct turn *t, struct call *c, const char *answer)
+audit_approval(struct turn *t, struct call *c, const char *answer,
+    const char *reason)
 {
 	struct json_object	*d = json_object_new_object();
 	int64_t			 rc;
 
 	json_object_object_add(d, "intent", json_object_new_int64(c->c_audit));
 	json_object_object_add(d, "answer", json_object_new_string(answer));
+	if (reason != NULL)
+		json_object_object_add(d, "reason", json_object_new_string(
+		    reason));
 	if ((rc = audit_append(AUDIT_KIND_APPROVAL, t->t_s->s_user,
 	    t->t_s->s_tenant, d)) == -1)
 		log_warnx("chat %s: an approval was not recorded",
@@ -1266,9 +1274,54 @@ approval_expired(int fd, short ev, void *arg)
 	(void)fd;
 	(void)ev;
 	approval_clear(c);
-	(void)audit_approval(t, c, "expired");
+	(void)audit_approval(t, c, "expired", NULL);
 	call_finish(t, c, "no approval came in time (limits "
 	    "approval-timeout)", 1);
+}
+
+/*
+ * A configuration was loaded while the call waited for approval: it was
+ * decided under the old rules, so it is decided again (rates counted
+ * anew, as a reload resets them).  One that would now be denied, or whose
+ * tool is withheld, is refused at once instead of running on approval.
+ */
+static void
+approval_recheck(struct turn *t, struct call *c)
+{
+	struct policy_caller	 pc;
+	struct policy_decision	 pd;
+	char			 id[256], why[512];
+
+	snprintf(id, sizeof(id), "%s.%s", c->c_map->tm_server,
+	    c->c_map->tm_tool);
+	session_caller(t->t_s, &pc);
+	if (!controller_tool_usable(c->c_map->tm_server, c->c_map->tm_tool))
+		controller_tool_withheld(&pd);
+	else
+		policy_decide(&controller_conf()->c_rules, &pc, id,
+		    c->c_pending, monotonic_ms(), &pd);
+	if (pd.pd_action != POLICY_DENY)
+		return;
+	snprintf(why, sizeof(why), "%.160s was refused while it waited for "
+	    "approval, by the configuration loaded since: %.200s", id,
+	    pd.pd_reason);
+	log_info("chat %s: %s", t->t_s->s_user, why);
+	approval_clear(c);
+	(void)audit_approval(t, c, "refused", pd.pd_reason);
+	call_finish(t, c, why, 1);
+}
+
+void
+chat_reconfigure(void)
+{
+	struct session	*s;
+	size_t		 i;
+
+	TAILQ_FOREACH(s, &sessions, s_entry)
+		for (i = 0; s->s_turn != NULL && i < s->s_turn->t_ncalls; i++)
+			if (s->s_turn->t_calls[i].c_pending != NULL)
+				approval_recheck(s->s_turn,
+				    &s->s_turn->t_calls[i]);
 }
 
 /* Hold the call and ask: the answer comes to POST /llmchat/approve. */
@@ -1346,6 +1399,7 @@ call_run(struct turn *t, size_t i, struct json_object *args)
 	struct call		*c = &t->t_calls[i];
 	struct worker_link	*wl;
 	struct call_ref		*cr;
+	char			 owner[OWNER_MAX];
 
 	if ((wl = controller_worker(c->c_map->tm_server)) == NULL) {
 		call_finish(t, c, "the tool's server is gone", 1);
@@ -1357,7 +1411,8 @@ call_run(struct turn *t, size_t i, struct json_object *args)
 	cr->cr_index = i;
 	c->c_ref = cr;
 	c->c_call = controller_call_tool(wl, c->c_map->tm_tool, args,
-	    t->t_s->s_user, t->t_s->s_conversation,
+	    controller_owner(t->t_s->s_user, t->t_s->s_tenant, owner),
+	    t->t_s->s_conversation,
 	    controller_conf()->c_limits.lm_tool_timeout_ms, call_done, cr);
 }
 
@@ -1739,8 +1794,11 @@ session_free(struct session *s)
 	if (s->s_turn != NULL)
 		turn_fail(s->s_turn, 409, "disconnected", 0, "the session was "
 		    "closed");
+	char owner[OWNER_MAX];
+
 	TAILQ_REMOVE(&sessions, s, s_entry);
-	controller_release(s->s_user, s->s_conversation);
+	controller_release(controller_owner(s->s_user, s->s_tenant, owner),
+	    s->s_conversation);
 	history_clear(s);
 	tools_clear(s);
 	free(s);
@@ -2071,7 +2129,8 @@ chat_approve(uint64_t id, const struct store_user *u, struct json_object *body)
 	}
 	args = json_object_get(c->c_pending);
 	approval_clear(c);
-	if (audit_approval(t, c, approve ? "approved" : "declined") == -1 &&
+	if (audit_approval(t, c, approve ? "approved" : "declined", NULL) ==
+	    -1 &&
 	    approve) {
 		api_error(id, 503, "audit", "the approval could not be "
 		    "recorded; nothing was run");

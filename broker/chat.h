@@ -33,6 +33,11 @@ void	chat_request_gone(uint64_t id);
  * deleted user's or tenant's sessions end.
  */
 void	chat_forget_conversation(const char *conversation);
+/*
+ * A configuration was loaded: calls waiting for approval are decided
+ * again, and those the new rules deny are refused.
+ */
+void	chat_reconfigure(void);
 /* A deleted user's session ends: the name within that tenant only. */
 void	chat_forget_user(const char *user, const char *tenant);
 void	chat_forget_tenant(const char *tenant);

@@ -482,6 +482,10 @@ print_budget(FILE *fp, const struct budget_conf *bg)
 
 	fprintf(fp, "budget %s ", budget_scope_str(bg->bg_scope));
 	print_str(fp, bg->bg_subject);
+	if (bg->bg_tenant != NULL) {
+		fputs(" tenant ", fp);
+		print_str(fp, bg->bg_tenant);
+	}
 	fprintf(fp, " %s %s\n", budget_metric_str(bg->bg_metric),
 	    fmt_decimal(bg->bg_limit, b, sizeof(b)));
 }
@@ -538,6 +542,10 @@ print_rule(FILE *fp, const struct policy_rule *r)
 	if (r->pr_subject != SUBJECT_ANY) {
 		fprintf(fp, " %s ", policy_subject_str(r->pr_subject));
 		print_str(fp, r->pr_subject_name);
+	}
+	if (r->pr_subject_tenant != NULL) {
+		fputs(" tenant ", fp);
+		print_str(fp, r->pr_subject_tenant);
 	}
 	fprintf(fp, " %s", policy_kind_str(r->pr_kind));
 	for (i = 0; i < r->pr_ntools; i++) {
@@ -925,6 +933,7 @@ rule_free(struct policy_rule *r)
 	struct policy_cond	*pc;
 
 	free(r->pr_subject_name);
+	free(r->pr_subject_tenant);
 	strv_free(r->pr_tools, r->pr_ntools);
 	while ((pc = TAILQ_FIRST(&r->pr_conds)) != NULL) {
 		TAILQ_REMOVE(&r->pr_conds, pc, pc_entry);
@@ -978,6 +987,7 @@ config_free(struct mcpbroker_conf *conf)
 	while ((bg = TAILQ_FIRST(&conf->c_budgets)) != NULL) {
 		TAILQ_REMOVE(&conf->c_budgets, bg, bg_entry);
 		free(bg->bg_subject);
+		free(bg->bg_tenant);
 		free(bg->bg_file);
 		free(bg);
 	}

@@ -235,6 +235,7 @@ struct budget_conf {
 	TAILQ_ENTRY(budget_conf) bg_entry;
 	enum budget_scope	 bg_scope;
 	char			*bg_subject;
+	char			*bg_tenant;	/* a user's; NULL: any */
 	enum budget_metric	 bg_metric;
 	double			 bg_limit;
 	int			 bg_line;

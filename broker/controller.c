@@ -593,16 +593,16 @@ controller_recv_server_notify(struct peer *p, struct msg *m,
 {
 	struct worker_link	*wl = p->p_arg;
 	struct json_object	*params = NULL;
-	const char		*method, *user = NULL, *conv = NULL;
+	const char		*method, *owner = NULL, *conv = NULL;
 
 	(void)m;
 	if (json_get_str(o, "method", 64, 0, &method) == -1 ||
-	    json_get_str(o, "user", 64, 1, &user) == -1 ||
+	    json_get_str(o, "owner", OWNER_MAX - 1, 1, &owner) == -1 ||
 	    json_get_str(o, "conversation", 64, 1, &conv) == -1 ||
 	    (json_object_object_get_ex(o, "params", &params) &&
 	    !json_object_is_type(params, json_type_object)))
 		return -1;
-	mcp_server_notify(wl->wl_name, method, params, user, conv);
+	mcp_server_notify(wl->wl_name, method, params, owner, conv);
 	return 0;
 }
 
@@ -613,7 +613,7 @@ controller_recv_server_notify(struct peer *p, struct msg *m,
  */
 static uint64_t
 call_send(struct worker_link *wl, uint16_t type, struct json_object *o,
-    const char *user, const char *conversation, uint64_t timeout_ms,
+    const char *owner, const char *conversation, uint64_t timeout_ms,
     tool_call_fn done, void *arg)
 {
 	struct tool_call	*tc;
@@ -634,8 +634,9 @@ call_send(struct worker_link *wl, uint16_t type, struct json_object *o,
 		json_object_put(o);
 		return 0;
 	}
-	if (user != NULL)
-		json_object_object_add(o, "user", json_object_new_string(user));
+	if (owner != NULL)
+		json_object_object_add(o, "owner",
+		    json_object_new_string(owner));
 	if (conversation != NULL)
 		json_object_object_add(o, "conversation",
 		    json_object_new_string(conversation));
@@ -708,9 +709,16 @@ call_withheld(struct worker_link *wl, const char *tool, tool_call_fn done,
 	return 1;
 }
 
+const char *
+controller_owner(const char *user, const char *tenant, char owner[OWNER_MAX])
+{
+	snprintf(owner, OWNER_MAX, "%s/%s", tenant, user);
+	return owner;
+}
+
 uint64_t
 controller_call_tool(struct worker_link *wl, const char *tool,
-    struct json_object *args, const char *user, const char *conversation,
+    struct json_object *args, const char *owner, const char *conversation,
     uint64_t timeout_ms, tool_call_fn done, void *arg)
 {
 	struct json_object *o;
@@ -721,21 +729,21 @@ controller_call_tool(struct worker_link *wl, const char *tool,
 
 	json_object_object_add(o, "tool", json_object_new_string(tool));
 	json_object_object_add(o, "arguments", json_object_get(args));
-	return call_send(wl, MSG_TOOL_CALL, o, user, conversation, timeout_ms,
+	return call_send(wl, MSG_TOOL_CALL, o, owner, conversation, timeout_ms,
 	    done, arg);
 }
 
 /* One of the server's other requests, answered and cancelled alike. */
 uint64_t
 controller_server_request(struct worker_link *wl, const char *method,
-    struct json_object *params, const char *user, const char *conversation,
+    struct json_object *params, const char *owner, const char *conversation,
     uint64_t timeout_ms, tool_call_fn done, void *arg)
 {
 	struct json_object *o = json_object_new_object();
 
 	json_object_object_add(o, "method", json_object_new_string(method));
 	json_object_object_add(o, "params", json_object_get(params));
-	return call_send(wl, MSG_SERVER_REQ, o, user, conversation, timeout_ms,
+	return call_send(wl, MSG_SERVER_REQ, o, owner, conversation, timeout_ms,
 	    done, arg);
 }
 
@@ -771,12 +779,12 @@ controller_cancel_call(uint64_t call)
 }
 
 void
-controller_release(const char *user, const char *conversation)
+controller_release(const char *owner, const char *conversation)
 {
 	struct worker_link	*wl;
 	struct json_object	*o = json_object_new_object();
 
-	json_object_object_add(o, "user", json_object_new_string(user));
+	json_object_object_add(o, "owner", json_object_new_string(owner));
 	json_object_object_add(o, "conversation",
 	    json_object_new_string(conversation));
 	TAILQ_FOREACH(wl, &ctl.workers, wl_entry)
@@ -903,6 +911,47 @@ audit_admin_call(const char *server, const char *tool, const char *user,
 	return id == -1 ? -1 : 0;
 }
 
+/* A user or tenant name: letters, digits, and . _ @ - */
+static int
+valid_name(const char *s)
+{
+	if (*s == '\0')
+		return 0;
+	for (; *s != '\0'; s++)
+		if (!isalnum((unsigned char)*s) && strchr("._@-", *s) == NULL)
+			return 0;
+	return 1;
+}
+
+/*
+ * The user an administrator's call is made for, as a per-user instance
+ * key: TENANT/NAME as given, or NAME in its tenant (a local user's, else
+ * "default", the tenant of users made without one).
+ */
+static int
+admin_owner(const char *user, char owner[OWNER_MAX])
+{
+	struct store_user	 su;
+	const char		*slash = strchr(user, '/');
+	char			 tenant[65];
+
+	if (slash != NULL) {
+		snprintf(tenant, sizeof(tenant), "%.*s", (int)(slash - user),
+		    user);
+		if ((size_t)(slash - user) >= sizeof(tenant) ||
+		    !valid_name(tenant) || strlen(slash + 1) > 64 ||
+		    !valid_name(slash + 1))
+			return -1;
+		snprintf(owner, OWNER_MAX, "%s", user);
+		return 0;
+	}
+	if (strlen(user) > 64 || !valid_name(user))
+		return -1;
+	(void)controller_owner(user, store_user_get(user, &su) == 0 ?
+	    su.su_tenant : "default", owner);
+	return 0;
+}
+
 /* `mcpbrokerctl server tools|call`: through a worker. */
 static void
 admin_server(uint64_t id, const char *op, struct json_object *o)
@@ -911,11 +960,11 @@ admin_server(uint64_t id, const char *op, struct json_object *o)
 	struct worker_link	*wl;
 	const char		*server, *tool = NULL, *user = NULL;
 	const char		*conv = NULL;
-	char			 why[128];
+	char			 why[128], owner[OWNER_MAX];
 
 	if (json_get_str(o, "server", NAME_MAX_LEN - 1, 0, &server) == -1 ||
 	    json_get_str(o, "tool", 128, 1, &tool) == -1 ||
-	    json_get_str(o, "user", 64, 1, &user) == -1 ||
+	    json_get_str(o, "user", OWNER_MAX - 1, 1, &user) == -1 ||
 	    json_get_str(o, "conversation", 64, 1, &conv) == -1) {
 		admin_error(id, "malformed request");
 		return;
@@ -940,25 +989,17 @@ admin_server(uint64_t id, const char *op, struct json_object *o)
 		admin_error(id, "a call needs a tool and JSON object arguments");
 		return;
 	}
+	if (user != NULL && admin_owner(user, owner) == -1) {
+		admin_error(id, "a user is NAME or TENANT/NAME");
+		return;
+	}
 	if (audit_admin_call(server, tool, user, conv, args) == -1) {
 		admin_error(id, "the audit trail cannot be written; nothing was "
 		    "called");
 		return;
 	}
-	(void)controller_call_tool(wl, tool, args, user, conv, 0,
-	    admin_call_done, (void *)(uintptr_t)id);
-}
-
-/* A user or tenant name: letters, digits, and . _ @ - */
-static int
-valid_name(const char *s)
-{
-	if (*s == '\0')
-		return 0;
-	for (; *s != '\0'; s++)
-		if (!isalnum((unsigned char)*s) && strchr("._@-", *s) == NULL)
-			return 0;
-	return 1;
+	(void)controller_call_tool(wl, tool, args, user != NULL ? owner : NULL,
+	    conv, 0, admin_call_done, (void *)(uintptr_t)id);
 }
 
 /*
@@ -967,11 +1008,12 @@ valid_name(const char *s)
  * their name.
  */
 static int
-user_erase(const char *name, char *why, size_t whylen)
+user_erase(const char *name, const char *tenant, char *why, size_t whylen)
 {
 	int64_t	n;
 
-	if (conv_erase_user(name, &n) == 0 && usage_erase_user(name) == 0)
+	if (conv_erase_user(name, tenant, &n) == 0 &&
+	    usage_erase_user(name, tenant) == 0)
 		return 0;
 	snprintf(why, whylen, "database: the user's conversations could not "
 	    "be erased; nothing changed");
@@ -988,6 +1030,7 @@ user_change(const char *op, const char *name, const char *tenant,
     size_t whylen)
 {
 	struct json_object	*d;
+	struct store_user	 gone;
 	int			 rc;
 
 	if (audit_begin() == -1) {
@@ -999,20 +1042,23 @@ user_change(const char *op, const char *name, const char *tenant,
 		rc = store_user_add(name, tenant, roles, key, why, whylen);
 	else if (strcmp(op, "user_key") == 0)
 		rc = store_user_key(name, key, why, whylen);
-	else
-		rc = store_user_del(name, why, whylen);
-	if (rc == 0 && strcmp(op, "user_del") == 0)
-		rc = user_erase(name, why, whylen);
+	else if (store_user_get(name, &gone) == 0) {
+		/* Only this tenant's: a token user may have the same name. */
+		tenant = gone.su_tenant;
+		if ((rc = store_user_del(name, why, whylen)) == 0)
+			rc = user_erase(name, tenant, why, whylen);
+	} else
+		rc = store_user_del(name, why, whylen);	/* says why */
 	if (rc == 0) {
 		d = json_object_new_object();
 		json_object_object_add(d, "op", json_object_new_string(op));
 		json_object_object_add(d, "name", json_object_new_string(name));
-		if (strcmp(op, "user_add") == 0) {
+		if (strcmp(op, "user_key") != 0)
 			json_object_object_add(d, "tenant",
 			    json_object_new_string(tenant));
+		if (strcmp(op, "user_add") == 0)
 			json_object_object_add(d, "roles",
 			    json_object_new_string(roles));
-		}
 		if (by != NULL)
 			json_object_object_add(d, "by",
 			    json_object_new_string(by->su_name));
@@ -1544,6 +1590,7 @@ controller_configure(struct mcpbroker_conf *conf, int reload)
 	TAILQ_FOREACH(wl, &ctl.workers, wl_entry)
 		(void)worker_pins(wl);
 	mcp_reconfigure();
+	chat_reconfigure();
 	if (reload)
 		audit_system("config_reloaded", "servers", NULL, NULL);
 	/* Conversations past their retention go now, then every day. */

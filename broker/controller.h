@@ -46,22 +46,34 @@ void		controller_tool_withheld(struct policy_decision *);
 /* The pins of server (NULL: of every server) changed: apply them again. */
 void		controller_pins_changed(const char *server);
 
-/* A withheld tool's call is refused at once (code 4, done runs now). */
+/*
+ * Whose instances a call reaches under `isolation per-user`: a user is a
+ * name within a tenant, so the key is TENANT/NAME ('/' is in neither).
+ */
+#define OWNER_MAX	130
+const char	*controller_owner(const char *user, const char *tenant,
+		    char owner[OWNER_MAX]);
+
+/*
+ * A withheld tool's call is refused at once (code 4, done runs now).
+ * owner: controller_owner's key, or NULL (no per-user instance).
+ */
 uint64_t	controller_call_tool(struct worker_link *, const char *tool,
-		    struct json_object *args, const char *user,
+		    struct json_object *args, const char *owner,
 		    const char *conversation, uint64_t timeout_ms,
 		    tool_call_fn, void *arg);
 /* Another MCP request (resources, prompts) on the server, like a call. */
 uint64_t	controller_server_request(struct worker_link *,
 		    const char *method, struct json_object *params,
-		    const char *user, const char *conversation,
+		    const char *owner, const char *conversation,
 		    uint64_t timeout_ms, tool_call_fn, void *arg);
 /* Progress of call (a non-zero id from the above) goes to fn too. */
 void		controller_call_progress(uint64_t call, tool_progress_fn);
 /* No callback after this; the worker cancels the MCP request. */
 void		controller_cancel_call(uint64_t call);
 /* A chat session is over: workers stop the instances kept for it. */
-void		controller_release(const char *user, const char *conversation);
+void		controller_release(const char *owner,
+		    const char *conversation);
 
 /* Answers to the frontend for API request `id` (MSG_HTTP_*). */
 void	api_reply(uint64_t id, int status, struct json_object *body);

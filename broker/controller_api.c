@@ -510,6 +510,9 @@ tool_access(struct json_object *o, const char *tid, const char **roles,
 		    policy_subject_str(pr->pr_subject)));
 		json_object_object_add(e, "name", json_object_new_string(
 		    pr->pr_subject_name));
+		if (pr->pr_subject_tenant != NULL)
+			json_object_object_add(e, "tenant",
+			    json_object_new_string(pr->pr_subject_tenant));
 		json_object_object_add(e, "action", json_object_new_string(
 		    policy_action_str(pr->pr_action)));
 		json_object_object_add(e, "line", json_object_new_int(

@@ -586,44 +586,44 @@ conv_erase(const char *id)
 	return store_end("conv_erase", ok) == 0 && ok ? 0 : -1;
 }
 
-/* Every conversation where `column` is `value`, erased. */
+/*
+ * Every conversation of a user (a name within the tenant), or of the
+ * whole tenant (user NULL), erased.
+ */
 static int
-erase_where(const char *column, const char *value, int64_t *n)
+erase_where(const char *user, const char *tenant, int64_t *n)
 {
-	char		 sql[128];
-	sqlite3_stmt	*st;
+	const char	*who = user != NULL ? "user = ?1 AND tenant = ?2" :
+			    "tenant = ?2";
+	char		 sql[160];
 	int		 ok;
 
 	*n = 0;
 	snprintf(sql, sizeof(sql), "DELETE FROM messages WHERE conversation "
-	    "IN (SELECT id FROM conversations WHERE %s = ?)", column);
+	    "IN (SELECT id FROM conversations WHERE %s)", who);
 	if (store_begin("conv_erase_where") == -1)
 		return -1;
-	ok = store_exec_one(sql, value) == 0;
+	ok = store_exec_two(sql, user, tenant) == 0;
 	snprintf(sql, sizeof(sql), "DELETE FROM usage WHERE conversation IN "
-	    "(SELECT id FROM conversations WHERE %s = ?)", column);
-	ok = ok && store_exec_one(sql, value) == 0;
-	snprintf(sql, sizeof(sql), "DELETE FROM conversations WHERE %s = ?",
-	    column);
-	if (ok && (st = store_prepare(sql)) != NULL) {
-		store_bind_str(st, 1, value);
-		ok = store_step_done(st) == 0;
+	    "(SELECT id FROM conversations WHERE %s)", who);
+	ok = ok && store_exec_two(sql, user, tenant) == 0;
+	snprintf(sql, sizeof(sql), "DELETE FROM conversations WHERE %s", who);
+	ok = ok && store_exec_two(sql, user, tenant) == 0;
+	if (ok)
 		*n = sqlite3_changes(store_db());
-	} else
-		ok = 0;
 	return store_end("conv_erase_where", ok) == 0 && ok ? 0 : -1;
 }
 
 int
-conv_erase_user(const char *user, int64_t *n)
+conv_erase_user(const char *user, const char *tenant, int64_t *n)
 {
-	return erase_where("user", user, n);
+	return erase_where(user, tenant, n);
 }
 
 int
 conv_erase_tenant(const char *tenant, int64_t *n)
 {
-	return erase_where("tenant", tenant, n);
+	return erase_where(NULL, tenant, n);
 }
 
 /* The shortest retention anywhere: nothing younger can be due. */

@@ -73,7 +73,7 @@ void	conv_messages_free(struct chat_message *, size_t n);
  */
 int	conv_erase(const char *id);
 /* Every conversation of a user, of a tenant; *n gets how many. */
-int	conv_erase_user(const char *user, int64_t *n);
+int	conv_erase_user(const char *user, const char *tenant, int64_t *n);
 int	conv_erase_tenant(const char *tenant, int64_t *n);
 
 /*

@@ -162,7 +162,9 @@ struct mcp_req {
 	struct store_user	 mr_user;
 	char			 mr_peer[64];
 	char			 mr_toolset[NAME_MAX_LEN];
-	char			 mr_conv[40];	/* the isolation key */
+	/* the isolation keys */
+	char			 mr_conv[40];
+	char			 mr_owner[OWNER_MAX];
 	char			 mr_server[NAME_MAX_LEN];
 	char			*mr_name;	/* tool, URI or prompt, the
 						 * server's own */
@@ -192,7 +194,7 @@ struct mcp_sub {
 	struct mcp_req		*sb_listen;
 	char			 sb_server[NAME_MAX_LEN];
 	char			*sb_uri;	/* the server's */
-	char			 sb_user[65];
+	char			 sb_owner[OWNER_MAX];
 	char			 sb_conv[40];
 };
 TAILQ_HEAD(mcp_sub_list, mcp_sub);
@@ -1031,14 +1033,16 @@ req_conv(struct mcp_req *mr)
 }
 
 /*
- * A call's isolation key: a session's label, or for a stateless caller a
- * label of its user (each request its own instance would be absurd).
+ * A call's isolation keys: its user within the tenant, and a session's
+ * label, or for a stateless caller a label of its user (each request its
+ * own instance would be absurd).
  */
 static void
 req_set_conv(struct mcp_req *mr)
 {
 	unsigned char	h[SHA256_DIGEST_LENGTH];
-	const char	*u = mr->mr_user.su_name;
+	const char	*u = controller_owner(mr->mr_user.su_name,
+			    mr->mr_user.su_tenant, mr->mr_owner);
 
 	if (mr->mr_sess != NULL) {
 		snprintf(mr->mr_conv, sizeof(mr->mr_conv), "%s",
@@ -1747,7 +1751,7 @@ call_intent_done(int64_t row, void *arg)
 	}
 	args = json_object_object_get(mr->mr_params, "arguments");
 	mr->mr_starting = 1;
-	call = controller_call_tool(wl, mr->mr_name, args, mr->mr_user.su_name,
+	call = controller_call_tool(wl, mr->mr_name, args, mr->mr_owner,
 	    req_conv(mr),
 	    controller_conf()->c_limits.lm_tool_timeout_ms, call_done, mr);
 	mr->mr_starting = 0;
@@ -1986,7 +1990,7 @@ list_page(struct mcp_req *mr, const char *server, const char *cursor)
 		    cursor));
 	mr->mr_starting = 1;
 	call = controller_server_request(wl, mr->mr_m->mm_name, params,
-	    mr->mr_user.su_name, req_conv(mr),
+	    mr->mr_owner, req_conv(mr),
 	    controller_conf()->c_limits.lm_tool_timeout_ms, list_done, mr);
 	mr->mr_starting = 0;
 	json_object_put(params);
@@ -2106,7 +2110,7 @@ access_intent_done(int64_t row, void *arg)
 		    json_object_object_get(mr->mr_params, "arguments")));
 	mr->mr_starting = 1;
 	call = controller_server_request(wl, mr->mr_m->mm_name, params,
-	    mr->mr_user.su_name, req_conv(mr),
+	    mr->mr_owner, req_conv(mr),
 	    controller_conf()->c_limits.lm_tool_timeout_ms, read_done, mr);
 	mr->mr_starting = 0;
 	json_object_put(params);
@@ -2227,7 +2231,7 @@ sub_count(const char *server, const char *uri)
 /* Ask the server, without waiting: updates come or they do not. */
 static void
 sub_tell(const char *method, const char *server, const char *uri,
-    const char *user, const char *conv)
+    const char *owner, const char *conv)
 {
 	struct worker_link	*wl = controller_worker(server);
 	struct json_object	*params;
@@ -2236,7 +2240,7 @@ sub_tell(const char *method, const char *server, const char *uri,
 		return;
 	params = json_object_new_object();
 	json_object_object_add(params, "uri", json_object_new_string(uri));
-	(void)controller_server_request(wl, method, params, user, conv,
+	(void)controller_server_request(wl, method, params, owner, conv,
 	    controller_conf()->c_limits.lm_tool_timeout_ms, ignore_done, NULL);
 	json_object_put(params);
 }
@@ -2253,7 +2257,7 @@ sub_add(struct mcp_req *mr, struct mcp_sess *ms, struct mcp_req *listen,
 	sb->sb_listen = listen;
 	snprintf(sb->sb_server, sizeof(sb->sb_server), "%s", server);
 	sb->sb_uri = xstrdup(uri);
-	snprintf(sb->sb_user, sizeof(sb->sb_user), "%s", mr->mr_user.su_name);
+	snprintf(sb->sb_owner, sizeof(sb->sb_owner), "%s", mr->mr_owner);
 	snprintf(sb->sb_conv, sizeof(sb->sb_conv), "%s", mr->mr_conv);
 	TAILQ_INSERT_TAIL(&subs, sb, sb_entry);
 }
@@ -2265,7 +2269,7 @@ sub_drop(struct mcp_sub *sb)
 	TAILQ_REMOVE(&subs, sb, sb_entry);
 	if (sub_count(sb->sb_server, sb->sb_uri) == 0)
 		sub_tell("resources/unsubscribe", sb->sb_server, sb->sb_uri,
-		    sb->sb_user, sb->sb_conv);
+		    sb->sb_owner, sb->sb_conv);
 	free(sb->sb_uri);
 	free(sb);
 }
@@ -2351,7 +2355,7 @@ m_subscribe(struct mcp_req *mr)
 	json_object_object_add(params, "uri", json_object_new_string(orig));
 	mr->mr_starting = 1;
 	call = controller_server_request(controller_worker(mr->mr_server),
-	    "resources/subscribe", params, mr->mr_user.su_name, req_conv(mr),
+	    "resources/subscribe", params, mr->mr_owner, req_conv(mr),
 	    controller_conf()->c_limits.lm_tool_timeout_ms, subscribe_done,
 	    mr);
 	mr->mr_starting = 0;
@@ -2451,7 +2455,7 @@ m_listen(struct mcp_req *mr)
 			continue;
 		if (sub_count(server, orig) == 0)
 			sub_tell("resources/subscribe", server, orig,
-			    mr->mr_user.su_name, mr->mr_conv);
+			    mr->mr_owner, mr->mr_conv);
 		sub_add(mr, NULL, mr, server, orig);
 		json_object_array_add(ok, json_object_new_string(uri));
 	}
@@ -2544,7 +2548,7 @@ mcp_worker_tools(const char *server, int changed)
 
 /* resources/updated for the subscribers of that resource (and user). */
 static void
-tell_updated(const char *server, const char *uri, const char *user,
+tell_updated(const char *server, const char *uri, const char *owner,
     const char *conv)
 {
 	const struct toolset_conf	*ts;
@@ -2555,8 +2559,8 @@ tell_updated(const char *server, const char *uri, const char *user,
 
 	TAILQ_FOREACH(sb, &subs, sb_entry) {
 		if (strcmp(sb->sb_server, server) != 0 ||
-		    strcmp(sb->sb_uri, uri) != 0 || (user != NULL &&
-		    strcmp(user, sb->sb_user) != 0) || (conv != NULL &&
+		    strcmp(sb->sb_uri, uri) != 0 || (owner != NULL &&
+		    strcmp(owner, sb->sb_owner) != 0) || (conv != NULL &&
 		    strcmp(conv, sb->sb_conv) != 0))
 			continue;
 		mr = sb->sb_listen;
@@ -2578,13 +2582,13 @@ tell_updated(const char *server, const char *uri, const char *user,
 
 void
 mcp_server_notify(const char *server, const char *method,
-    struct json_object *params, const char *user, const char *conversation)
+    struct json_object *params, const char *owner, const char *conversation)
 {
 	const char *uri;
 
 	if (strcmp(method, "notifications/resources/updated") == 0) {
 		if ((uri = obj_str(params, "uri")) != NULL)
-			tell_updated(server, uri, user, conversation);
+			tell_updated(server, uri, owner, conversation);
 	} else if (strcmp(method, "notifications/resources/list_changed") ==
 	    0 || strcmp(method, "notifications/prompts/list_changed") == 0)
 		tell_list_changed(server, method);

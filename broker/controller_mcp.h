@@ -27,11 +27,10 @@ void	mcp_request_gone(uint64_t id);
 void	mcp_worker_tools(const char *server, int changed);
 /* A server's resources or prompts changed (MSG_SERVER_NOTIFY). */
 void	mcp_server_notify(const char *server, const char *method,
-	    struct json_object *params, const char *user,
+	    struct json_object *params, const char *owner,
 	    const char *conversation);
 /* A configuration was loaded: sessions of toolsets gone end. */
 void	mcp_reconfigure(void);
-/* A user was deleted: their sessions end. */
 /* A deleted user's sessions and requests end: the name in that tenant. */
 void	mcp_forget_user(const char *user, const char *tenant);
 

@@ -1103,3 +1103,15 @@ store_exec_one(const char *sql, const char *arg)
 	store_bind_str(st, 1, arg);
 	return store_step_done(st);
 }
+
+int
+store_exec_two(const char *sql, const char *arg1, const char *arg2)
+{
+	sqlite3_stmt	*st;
+
+	if ((st = store_prepare(sql)) == NULL)
+		return -1;
+	store_bind_str(st, 1, arg1);
+	store_bind_str(st, 2, arg2);
+	return store_step_done(st);
+}

@@ -90,5 +90,7 @@ void	store_release(struct sqlite3_stmt *);
 void	store_bind_str(struct sqlite3_stmt *, int i, const char *s);
 /* One statement with one text parameter. */
 int	store_exec_one(const char *sql, const char *arg);
+/* The same with ?1 and ?2 (a statement may use only ?2). */
+int	store_exec_two(const char *sql, const char *arg1, const char *arg2);
 
 #endif

@@ -192,9 +192,11 @@ budget_applies(const struct budget_conf *bg, const struct usage_who *w,
 	case BUDGET_TENANT:
 		*holder = w->uw_tenant;
 		return strcmp(bg->bg_subject, w->uw_tenant) == 0;
-	case BUDGET_USER:
+	case BUDGET_USER:	/* a name within a tenant, or in any */
 		*holder = w->uw_user;
-		return strcmp(bg->bg_subject, w->uw_user) == 0;
+		return strcmp(bg->bg_subject, w->uw_user) == 0 &&
+		    (bg->bg_tenant == NULL || strcmp(bg->bg_tenant,
+		    w->uw_tenant) == 0);
 	case BUDGET_ROLE:
 		/* Each holder of the role on their own, not the role's sum. */
 		*holder = w->uw_user;
@@ -214,10 +216,13 @@ budget_limit_raw(const struct budget_conf *bg)
 	    bg->bg_limit;
 }
 
-/* What the budget's holder has used in the period that holds now. */
+/*
+ * What the budget's holder has used in the period that holds now: the
+ * tenant, or the user (a name within the tenant).
+ */
 static int
-budget_used(const struct budget_conf *bg, const char *holder, time_t now,
-    struct budget_status *bs)
+budget_used(const struct budget_conf *bg, const char *holder,
+    const char *tenant, time_t now, struct budget_status *bs)
 {
 	sqlite3_stmt	*st;
 	char		 from[DAY_LEN], to[DAY_LEN];
@@ -229,15 +234,16 @@ budget_used(const struct budget_conf *bg, const char *holder, time_t now,
 	budget_period(bg->bg_metric, now, &bs->bs_start, &bs->bs_reset);
 	if ((st = store_prepare(bg->bg_scope == BUDGET_TENANT ?
 	    "SELECT COALESCE(SUM(input_tokens + output_tokens), 0), "
-	    "COALESCE(SUM(cost_nusd), 0) FROM usage_daily WHERE tenant = ? "
-	    "AND day >= ? AND day < ?" :
+	    "COALESCE(SUM(cost_nusd), 0) FROM usage_daily WHERE tenant = ?1 "
+	    "AND day >= ?3 AND day < ?4" :
 	    "SELECT COALESCE(SUM(input_tokens + output_tokens), 0), "
-	    "COALESCE(SUM(cost_nusd), 0) FROM usage_daily WHERE user = ? "
-	    "AND day >= ? AND day < ?")) == NULL)
+	    "COALESCE(SUM(cost_nusd), 0) FROM usage_daily WHERE tenant = ?1 "
+	    "AND user = ?2 AND day >= ?3 AND day < ?4")) == NULL)
 		return -1;
-	store_bind_str(st, 1, holder);
-	store_bind_str(st, 2, usage_day(bs->bs_start, from, sizeof(from)));
-	store_bind_str(st, 3, usage_day(bs->bs_reset, to, sizeof(to)));
+	store_bind_str(st, 1, tenant);
+	store_bind_str(st, 2, holder);
+	store_bind_str(st, 3, usage_day(bs->bs_start, from, sizeof(from)));
+	store_bind_str(st, 4, usage_day(bs->bs_reset, to, sizeof(to)));
 	if ((rc = sqlite3_step(st)) == SQLITE_ROW)
 		bs->bs_used = (double)sqlite3_column_int64(st,
 		    metric_usd(bg->bg_metric) ? 1 : 0);
@@ -263,7 +269,7 @@ budget_check(const struct mcpbroker_conf *conf, const struct usage_who *w,
 	TAILQ_FOREACH(bg, &conf->c_budgets, bg_entry) {
 		if (!budget_applies(bg, w, &holder))
 			continue;
-		if (budget_used(bg, holder, now, &bs) == -1)
+		if (budget_used(bg, holder, w->uw_tenant, now, &bs) == -1)
 			return BUDGET_UNKNOWN;
 		if (bs.bs_used >= budget_limit_raw(bg)) {
 			*over = bs;
@@ -284,6 +290,9 @@ budget_status_json(const struct budget_status *bs)
 	    budget_scope_str(bg->bg_scope)));
 	json_object_object_add(o, "name", json_object_new_string(
 	    bg->bg_subject));
+	if (bg->bg_tenant != NULL)
+		json_object_object_add(o, "tenant", json_object_new_string(
+		    bg->bg_tenant));
 	if (bg->bg_scope == BUDGET_ROLE)
 		json_object_object_add(o, "user", json_object_new_string(
 		    bs->bs_holder));
@@ -366,7 +375,7 @@ budget_after(const struct budget_conf *bg, const char *holder,
 	struct budget_status	bs;
 	double			limit = budget_limit_raw(bg), warn;
 
-	if (budget_used(bg, holder, uc->uc_when, &bs) == -1)
+	if (budget_used(bg, holder, w->uw_tenant, uc->uc_when, &bs) == -1)
 		return;
 	bs.bs_before = bs.bs_used - (metric_usd(bg->bg_metric) ?
 	    (double)uc->uc_cost_nusd : (double)(uc->uc_input + uc->uc_output));
@@ -416,25 +425,27 @@ usage_erase_conversation(const char *conversation)
  * loses money spent nor resets the tenant's budgets.
  */
 int
-usage_erase_user(const char *user)
+usage_erase_user(const char *user, const char *tenant)
 {
-	if (store_exec_one("DELETE FROM usage WHERE user = ?", user) == -1 ||
-	    store_exec_one("INSERT INTO usage_daily (day, tenant, user, provider, "
-	    "model, calls, input_tokens, output_tokens, estimated_calls, "
-	    "tool_calls, cost_nusd) SELECT day, tenant, '', provider, model, "
-	    "calls, input_tokens, output_tokens, estimated_calls, tool_calls, "
-	    "cost_nusd FROM usage_daily WHERE user = ?1 ON CONFLICT (day, "
-	    "tenant, user, provider, model) DO UPDATE SET calls = calls + "
-	    "excluded.calls, input_tokens = input_tokens + "
+	if (store_exec_two("DELETE FROM usage WHERE user = ?1 AND tenant = ?2",
+	    user, tenant) == -1 ||
+	    store_exec_two("INSERT INTO usage_daily (day, tenant, user, "
+	    "provider, model, calls, input_tokens, output_tokens, "
+	    "estimated_calls, tool_calls, cost_nusd) SELECT day, tenant, '', "
+	    "provider, model, calls, input_tokens, output_tokens, "
+	    "estimated_calls, tool_calls, cost_nusd FROM usage_daily WHERE user = ?1 AND tenant = ?2 ON "
+	    "CONFLICT (day, tenant, user, provider, model) DO UPDATE SET calls "
+	    "= calls + excluded.calls, input_tokens = input_tokens + "
 	    "excluded.input_tokens, output_tokens = output_tokens + "
 	    "excluded.output_tokens, estimated_calls = estimated_calls + "
 	    "excluded.estimated_calls, tool_calls = tool_calls + "
 	    "excluded.tool_calls, cost_nusd = cost_nusd + excluded.cost_nusd",
-	    user) == -1 ||
-	    store_exec_one("DELETE FROM usage_daily WHERE user = ?", user) == -1)
+	    user, tenant) == -1 ||
+	    store_exec_two("DELETE FROM usage_daily WHERE user = ?1 AND "
+	    "tenant = ?2", user, tenant) == -1)
 		return -1;
-	return store_exec_one("DELETE FROM budget_alerts WHERE holder = ? AND scope "
-	    "<> 'tenant'", user);
+	return store_exec_two("DELETE FROM budget_alerts WHERE holder = ?1 AND "
+	    "tenant = ?2 AND scope <> 'tenant'", user, tenant);
 }
 
 int
@@ -629,7 +640,8 @@ budgets_json(const struct usage_who *w)
 			continue;
 		if (w->uw_user == NULL)
 			holder = w->uw_tenant;
-		if (budget_used(bg, holder, time(NULL), &bs) == 0)
+		if (budget_used(bg, holder, w->uw_tenant, time(NULL), &bs) ==
+		    0)
 			json_object_array_add(arr, budget_status_json(&bs));
 	}
 	return arr;

@@ -97,7 +97,7 @@ struct json_object *budget_status_json(const struct budget_status *);
  * Inside the caller's transaction when there is one; -1 when the database
  * failed. */
 int	usage_erase_conversation(const char *conversation);
-int	usage_erase_user(const char *user);
+int	usage_erase_user(const char *user, const char *tenant);
 int	usage_erase_tenant(const char *tenant, int64_t *days);
 /* Forget which budgets warned in periods long over. */
 void	usage_prune_alerts(time_t now);

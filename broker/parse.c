@@ -2557,7 +2557,20 @@ word_index(const char *v, const char *const *words)
 	return -1;
 }
 
-/* budget tenant|role|user "NAME" METRIC NUMBER */
+/*
+ * After user "NAME": an optional tenant "T".  A user is a name within a
+ * tenant; without one the name is matched in every tenant.
+ */
+static int
+user_tenant(struct parser *p, char **tenant)
+{
+	if (!is_kw(peek(p), "tenant"))
+		return 0;
+	consume(p);
+	return get_string(p, "tenant", tenant, NULL);
+}
+
+/* budget tenant|role|user "NAME" [tenant "T"] METRIC NUMBER */
 static int
 top_budget(struct parser *p, struct blk *b)
 {
@@ -2579,11 +2592,14 @@ top_budget(struct parser *p, struct blk *b)
 		goto drop;
 	}
 	bg->bg_scope = (enum budget_scope)i;
-	if (get_string(p, scopes[i], &bg->bg_subject, NULL) == -1)
+	if (get_string(p, scopes[i], &bg->bg_subject, NULL) == -1 ||
+	    (bg->bg_scope == BUDGET_USER && user_tenant(p, &bg->bg_tenant) ==
+	    -1))
 		goto drop;
 	free(v);
 	v = NULL;
-	if (get_value(p, bg->bg_subject, &v, &line) == -1)
+	if (get_value(p, bg->bg_tenant != NULL ? bg->bg_tenant :
+	    bg->bg_subject, &v, &line) == -1)
 		goto drop;
 	if ((i = word_index(v, metrics)) == -1) {
 		perr(p, line, "budget: bad limit %s: expected monthly-usd, "
@@ -2601,7 +2617,9 @@ top_budget(struct parser *p, struct blk *b)
 		goto drop;
 	TAILQ_FOREACH(o, &p->p_conf->c_budgets, bg_entry)
 		if (o->bg_scope == bg->bg_scope && o->bg_metric ==
-		    bg->bg_metric && strcmp(o->bg_subject, bg->bg_subject) == 0) {
+		    bg->bg_metric && strcmp(o->bg_subject, bg->bg_subject) ==
+		    0 && strcmp(o->bg_tenant != NULL ? o->bg_tenant : "",
+		    bg->bg_tenant != NULL ? bg->bg_tenant : "") == 0) {
 			perr(p, bg->bg_line, "duplicate budget %s %s %s (first "
 			    "at %s:%d)", scopes[bg->bg_scope],
 			    quote(bg->bg_subject, q, sizeof(q)),
@@ -2828,7 +2846,9 @@ rule_body(struct parser *p, struct policy_rule *r, const char *action)
 	if (t->tk_type == T_WORD && (i = word_index(t->tk_val, subjects)) >= 0) {
 		r->pr_subject = (enum policy_subject)(SUBJECT_USER + i);
 		consume(p);
-		if (get_string(p, subjects[i], &r->pr_subject_name, NULL) == -1)
+		if (get_string(p, subjects[i], &r->pr_subject_name, NULL) ==
+		    -1 || (r->pr_subject == SUBJECT_USER && user_tenant(p,
+		    &r->pr_subject_tenant) == -1))
 			return -1;
 		subject = 1;
 	}

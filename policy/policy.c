@@ -60,7 +60,7 @@
 #include "policy/policy.h"
 
 #define RATE_BUCKETS	4096		/* power of two */
-#define RATE_USER_MAX	256		/* longer user names share a counter */
+#define RATE_USER_MAX	256	/* TENANT/NAME; longer ones share */
 
 struct rate_entry {
 	LIST_ENTRY(rate_entry)	 re_hash;
@@ -241,8 +241,10 @@ subject_matches(const struct policy_rule *r, const struct policy_caller *c)
 	switch (r->pr_subject) {
 	case SUBJECT_ANY:
 		return 1;
-	case SUBJECT_USER:
-		return c != NULL && eq(c->ps_user, r->pr_subject_name);
+	case SUBJECT_USER:	/* a name within a tenant, or in any */
+		return c != NULL && eq(c->ps_user, r->pr_subject_name) &&
+		    (r->pr_subject_tenant == NULL ||
+		    eq(c->ps_tenant, r->pr_subject_tenant));
 	case SUBJECT_TENANT:
 		return c != NULL && eq(c->ps_tenant, r->pr_subject_name);
 	case SUBJECT_ROLE:
@@ -459,14 +461,22 @@ rate_lookup(const struct policy_rule *r, const char *user, uint64_t now_ms)
 	return re;
 }
 
-/* Use up one call of r for user: 0 if one was left, -1 if not. */
+/*
+ * Use up one call of r for the caller: 0 if one was left, -1 if not.  A
+ * user is a name within a tenant, so the counter is TENANT/NAME's.
+ */
 static int
-rate_take(const struct policy_rule *r, const char *user, uint64_t now_ms)
+rate_take(const struct policy_rule *r, const struct policy_caller *c,
+    uint64_t now_ms)
 {
 	struct rate_entry	*re;
 	uint64_t		 period_ms;
+	char			 who[RATE_USER_MAX];
 
-	if ((re = rate_lookup(r, user != NULL ? user : "", now_ms)) == NULL)
+	snprintf(who, sizeof(who), "%s/%s", c != NULL && c->ps_tenant != NULL ?
+	    c->ps_tenant : "", c != NULL && c->ps_user != NULL ? c->ps_user :
+	    "");
+	if ((re = rate_lookup(r, who, now_ms)) == NULL)
 		return -1;	/* cannot count: refuse rather than not count */
 	period_ms = (uint64_t)r->pr_rate_period * 1000;
 	if (now_ms >= re->re_start && now_ms - re->re_start >= period_ms) {
@@ -615,7 +625,7 @@ policy_decide_kind(const struct policy_rule_list *rules,
 		    printable(tool_id, b, sizeof(b)));
 	else if (args != NULL && r->pr_action != POLICY_DENY &&
 	    r->pr_rate_count != 0 &&
-	    rate_take(r, c != NULL ? c->ps_user : NULL, now_ms) == -1)
+	    rate_take(r, c, now_ms) == -1)
 		decide_rate_exhausted(r, d);
 	else
 		decide_rule(r, v, args == NULL, d);
@@ -651,6 +661,10 @@ put_rule(FILE *out, const struct policy_rule *r)
 	if (r->pr_subject != SUBJECT_ANY) {
 		fprintf(out, " %s ", policy_subject_str(r->pr_subject));
 		put_str(out, r->pr_subject_name);
+	}
+	if (r->pr_subject_tenant != NULL) {
+		fputs(" tenant ", out);
+		put_str(out, r->pr_subject_tenant);
 	}
 	fprintf(out, " %s", policy_kind_str(r->pr_kind));
 	for (i = 0; r->pr_tools != NULL && i < r->pr_ntools &&

@@ -58,6 +58,7 @@ struct policy_rule {
 	enum policy_kind	 pr_kind;
 	enum policy_subject	 pr_subject;
 	char			*pr_subject_name;	/* NULL for SUBJECT_ANY */
+	char			*pr_subject_tenant;	/* NULL: any */
 	char		       **pr_tools;	/* NULL-terminated globs over the ids */
 	size_t			 pr_ntools;
 	struct policy_cond_list	 pr_conds;

@@ -99,7 +99,7 @@ const views = {
     const who = (t) => {
       const parts = (t.roles || []).map((r) => r.action === 'confirm' ? `${r.role} (confirm)` : r.role);
       if (t.everyone && t.everyone !== 'deny') parts.unshift(`everyone${t.everyone === 'confirm' ? ' (confirm)' : ''}`);
-      const other = (t.other_rules || []).map((o) => `${o.action} ${o.subject} ${o.name} (line ${o.line})`);
+      const other = (t.other_rules || []).map((o) => `${o.action} ${o.subject} ${o.name}${o.tenant ? ` tenant ${o.tenant}` : ""} (line ${o.line})`);
       return h('td', { class: 'roles' }, parts.length ? parts.join(', ') : h('span', { class: 'note', text: 'no role' }),
         other.length ? h('div', { class: 'note', text: `also: ${other.join('; ')}` }) : null);
     };

@@ -456,7 +456,7 @@ session_notify(struct mcp_session *s, const char *method,
 	if (params != NULL)
 		json_object_object_add(o, "params", json_object_get(params));
 	if (strncmp(in->in_key, "user:", 5) == 0)
-		json_object_object_add(o, "user", json_object_new_string(
+		json_object_object_add(o, "owner", json_object_new_string(
 		    in->in_key + 5));
 	else if (strncmp(in->in_key, "conversation:", 13) == 0)
 		json_object_object_add(o, "conversation",
@@ -763,16 +763,17 @@ call_dispatch(struct wcall *wc)
 static int
 call_key(struct json_object *o, char *key, size_t len)
 {
-	const char *user = NULL, *conv = NULL;
+	const char *owner = NULL, *conv = NULL;
 
-	if (json_get_str(o, "user", 64, 1, &user) == -1 ||
+	/* owner: TENANT/NAME, a user being a name within a tenant */
+	if (json_get_str(o, "owner", 129, 1, &owner) == -1 ||
 	    json_get_str(o, "conversation", 64, 1, &conv) == -1)
 		return -1;
 	switch (wk.srv->srv_isolation) {
 	case ISOLATION_PER_USER:
-		if (user == NULL || *user == '\0')
+		if (owner == NULL || *owner == '\0')
 			return -1;
-		snprintf(key, len, "user:%s", user);
+		snprintf(key, len, "user:%s", owner);
 		break;
 	case ISOLATION_PER_CONVERSATION:
 		if (conv == NULL || *conv == '\0')

@@ -240,7 +240,8 @@ class AdminApiTest(unittest.TestCase):
             % (os.path.join(FIXTURES, "mutable_mcp_server.py"), tools) +
             'allow role "dev" tool "files.*"\n'
             'confirm role "ops" tool "files.*"\n'
-            'allow user "zed" tool "files.*"\n')
+            'allow user "zed" tool "files.*"\n'
+            'deny user "zed" tenant "acme" tool "files.*"\n')
         self.addCleanup(self.b.stop)
         self.b.start(wait_ready=True)
         root = self.add("root", "-r", "admin")
@@ -257,9 +258,10 @@ class AdminApiTest(unittest.TestCase):
             self.assertEqual(t["roles"], [{"role": "dev", "action": "allow"},
                                           {"role": "ops",
                                            "action": "confirm"}])
-            self.assertEqual([(o["subject"], o["name"], o["action"])
-                              for o in t["other_rules"]],
-                             [("user", "zed", "allow")])
+            self.assertEqual([(o["subject"], o["name"], o.get("tenant"),
+                               o["action"]) for o in t["other_rules"]],
+                             [("user", "zed", None, "allow"),
+                              ("user", "zed", "acme", "deny")])
             self.assertFalse(t["withheld"])
 
 

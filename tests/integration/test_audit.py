@@ -111,7 +111,8 @@ class AuditTest(unittest.TestCase):
                                  r'"name":"alice","tenant":"acme",'
                                  r'"roles":"analyst"\}$')
         self.assertIn('{"op":"user_key","name":"alice"}', out[2])
-        self.assertIn('{"op":"user_del","name":"alice"}', out[3])
+        self.assertIn('{"op":"user_del","name":"alice","tenant":"acme"}',
+                      out[3])
         out = self.b.ctl("audit", "show", "-n", "1", "-k",
                          "admin").stdout.splitlines()
         self.assertEqual(len(out), 2)

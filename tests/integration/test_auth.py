@@ -16,7 +16,7 @@ import unittest
 
 from broker import MCPBROKER, Broker, wait_for
 from llmfixtures import KEY, PROVIDERS, FakeLLM
-from mcpfixtures import hostile_cmd
+from mcpfixtures import NET_PROBE, hostile_cmd
 
 
 class ApiKeyTest(unittest.TestCase):
@@ -359,8 +359,11 @@ class JwtTest(unittest.TestCase):
         status, doc = self.post("/llmchat/connect", {"provider": "llm"},
                                 squat)
         self.assertEqual((status, doc["error"]["code"]), (409, "name_in_use"))
-        # deleting the local "jane" ends nothing of the token user's
+        # deleting the local "jane" ends nothing of the token user's,
+        # and erases none of her conversations
         self.b.ctl("user", "del", "jane")
+        self.assertEqual(len(self.call("/api/v1/conversations", jane)[2]
+                             ["conversations"]), 1)
         # the same session, on a token that no longer carries "ops"
         bare = self.keys.sign("HS256", {"alg": "HS256", "kid": "h"},
                               claims(groups=["analyst"], org="acme"))
@@ -370,6 +373,53 @@ class JwtTest(unittest.TestCase):
                                                   "streaming": False}, bare)
         self.assertEqual(status, 200, doc)
         self.assertIn("refused by policy", json.dumps(doc))
+
+    def whoami(self, bearer):
+        """The pid of the per-user instance a /mcp call of bearer reaches."""
+        meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientInfo": {"name": "t",
+                                                       "version": "1"},
+                "io.modelcontextprotocol/clientCapabilities": {}}
+        status, _, data = self.b.request("POST", "/mcp/who", json.dumps({
+            "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "p.whoami", "arguments": {}, "_meta": meta}}),
+            {"Authorization": "Bearer " + bearer,
+             "Content-Type": "application/json",
+             "Accept": "application/json, text/event-stream",
+             "MCP-Protocol-Version": "2026-07-28",
+             "Mcp-Method": "tools/call", "Mcp-Name": "p.whoami"}, timeout=30)
+        self.assertEqual(status, 200, data)
+        text = json.loads(data)["result"]["content"][0]["text"]
+        return json.loads(text)["pid"]
+
+    def test_per_user_instances_are_per_tenant(self):
+        """Two users of one name in two tenants are two users to an
+        isolation per-user server: neither reaches the other's instance,
+        from /mcp or from an administrator's call."""
+        self.start(extra='server "p" { command "python3" "%s" '
+                   'isolation per-user }\n'
+                   'toolset "who" { tools "p.whoami" }\n'
+                   'allow role "ops" tool "p.whoami"\n' % NET_PROBE)
+        jane = self.keys.sign("HS256", {"alg": "HS256", "kid": "h"},
+                              claims(groups=["ops"], org="acme"))
+        squat = self.b.ctl("user", "add", "-t", "evil", "-r", "ops",
+                           "jane").stdout.strip().splitlines()[-1]
+        acme, evil = self.whoami(jane), self.whoami(squat)
+        self.assertNotEqual(acme, evil)
+        self.assertEqual(self.whoami(jane), acme)
+
+        def admin_call(user):
+            r = self.b.ctl("server", "call", "-u", user, "p", "whoami")
+            return json.loads(json.loads(r.stdout)["content"][0]["text"])[
+                "pid"]
+
+        self.assertEqual(admin_call("acme/jane"), acme)
+        self.assertEqual(admin_call("evil/jane"), evil)
+        self.assertEqual(admin_call("jane"), evil)   # the local user's tenant
+        r = self.b.ctl("server", "call", "-u", "acme/../jane", "p", "whoami",
+                       check=False)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("a user is NAME or TENANT/NAME", r.stderr)
 
     def test_tenant_admin_role_and_tenant_claim(self):
         self.start()

@@ -4,6 +4,7 @@ import http.client
 import json
 import os
 import shutil
+import signal
 import tempfile
 import threading
 import time
@@ -70,6 +71,33 @@ class ChatBase(unittest.TestCase):
     def read_file_step(self):
         return {"tool_calls": [{"name": "files__read_file",
                                 "arguments": {"path": self.file}}]}
+
+    def stream(self, answer):
+        """A streaming chat; answer(event_data) is called on approval."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.b.port,
+                                          timeout=30)
+        conn.request("POST", "/llmchat/chat",
+                     json.dumps({"message": "read it"}),
+                     {"Content-Type": "application/json"})
+        r = conn.getresponse()
+        events, event = [], None
+        while True:
+            line = r.readline().decode()
+            if not line:
+                break
+            line = line.rstrip("\r\n")
+            if line.startswith("event:"):
+                event = line[6:].strip()
+            elif line.startswith("data:"):
+                data = json.loads(line[5:])
+                events.append((event, data))
+                if event == "approval_required" and answer is not None:
+                    answer(data)
+        conn.close()
+        return events
+
+    def approve(self, data, **kw):
+        return self.post("/llmchat/approve", dict({"id": data["id"]}, **kw))
 
 
 class ChatFlowTest(ChatBase):
@@ -422,33 +450,6 @@ class ChatApprovalTest(ChatBase):
     limits = ('confirm tool "files.read_file" "files.read_text_file"\n'
               'limits { approval-timeout 1s }')
 
-    def stream(self, answer):
-        """A streaming chat; answer(event_data) is called on approval."""
-        conn = http.client.HTTPConnection("127.0.0.1", self.b.port,
-                                          timeout=30)
-        conn.request("POST", "/llmchat/chat",
-                     json.dumps({"message": "read it"}),
-                     {"Content-Type": "application/json"})
-        r = conn.getresponse()
-        events, event = [], None
-        while True:
-            line = r.readline().decode()
-            if not line:
-                break
-            line = line.rstrip("\r\n")
-            if line.startswith("event:"):
-                event = line[6:].strip()
-            elif line.startswith("data:"):
-                data = json.loads(line[5:])
-                events.append((event, data))
-                if event == "approval_required" and answer is not None:
-                    answer(data)
-        conn.close()
-        return events
-
-    def approve(self, data, **kw):
-        return self.post("/llmchat/approve", dict({"id": data["id"]}, **kw))
-
     def test_approved_call_runs(self):
         self.llm.script(self.read_file_step(), {"echo_tool_result": True})
         answers = []
@@ -539,6 +540,41 @@ class ChatApprovalTest(ChatBase):
         self.assertEqual(status, 200)
         self.assertIn("only a streaming chat",
                       doc["tool_invocations"][0]["output"])
+
+
+class ChatApprovalReloadTest(ChatBase):
+    """A call waiting for approval is decided again when the configuration
+    is reloaded: one the new rules deny does not run on approval."""
+    limits = ('confirm tool "files.read_file"\n'
+              'limits { approval-timeout 30s }')
+
+    def test_a_reload_that_denies_refuses_the_waiting_call(self):
+        self.llm.script(self.read_file_step(), {"text": "refused, then"})
+        answers = []
+
+        def answer(d):
+            with open(self.b.conf) as f:
+                text = f.read()
+            self.b.write_config(None, raw=text.replace(
+                'confirm tool "files.read_file"',
+                'deny tool "files.read_file"'))
+            self.b.signal(signal.SIGHUP)
+            self.b.wait_log(r"refused while it waited for approval")
+            answers.append(self.approve(d, approve=True, input=d["input"]))
+        events = self.stream(answer)
+        errors = [d["error"] for e, d in events if e == "tool_error"]
+        self.assertEqual(len(errors), 1, events)
+        self.assertIn("refused while it waited for approval, by the "
+                      "configuration loaded since", errors[0])
+        self.assertNotIn("tool_end", [e for e, _ in events])
+        self.assertNotIn(SECRET_TEXT, json.dumps(events))
+        # the approval that came after it finds nothing to run
+        self.assertEqual(answers[0][0], 404, answers)
+        rows = [json.loads(line) for line in self.b.ctl(
+            "audit", "export", "--format", "jsonl").stdout.splitlines()]
+        approvals = [r["detail"] for r in rows if r["kind"] == "approval"]
+        self.assertEqual([a["answer"] for a in approvals], ["refused"])
+        self.assertIn("denied by rule", approvals[0]["reason"])
 
 
 class ChatUsersTest(unittest.TestCase):

@@ -490,8 +490,13 @@ test_erase(void **state)
 	assert_int_equal(count(q), 0);
 	assert_int_equal(count("SELECT SUM(calls) FROM usage_daily"), 1);
 	assert_int_equal(count("SELECT COUNT(*) FROM messages"), 1);
-	/* A user's, a tenant's. */
-	assert_int_equal(conv_erase_user("alice", &n), 0);
+	/* A user's (not another tenant's user of the name), a tenant's. */
+	make_conv("alice", "beta", other);
+	say(other, ROLE_USER, "mine");
+	assert_int_equal(conv_erase_user("alice", "acme", &n), 0);
+	assert_int_equal(n, 1);
+	assert_int_equal(count("SELECT COUNT(*) FROM messages"), 1);
+	assert_int_equal(conv_erase_user("alice", "beta", &n), 0);
 	assert_int_equal(n, 1);
 	assert_int_equal(count("SELECT COUNT(*) FROM messages"), 0);
 	make_conv("bob", "beta", id);

@@ -34,6 +34,8 @@ static const struct policy_caller alice = { "alice", "acme", analyst_roles,
     3 };
 static const struct policy_caller bob = { "bob", "globex", NULL, 0 };
 static const struct policy_caller nobody = { NULL, NULL, NULL, 0 };
+/* another tenant's user of alice's name */
+static const struct policy_caller alice_beta = { "alice", "beta", NULL, 0 };
 
 static struct mcpbroker_conf *
 conf_of(const char *rules)
@@ -186,12 +188,19 @@ test_subjects(void **state)
 	conf = conf_of("allow user \"alice\" tool \"files.a\"\n"
 	    "allow role \"analyst\" tool \"files.b\"\n"
 	    "allow tenant \"acme\" tool \"files.c\"\n"
-	    "allow tool \"files.d\"\n");
-	/* user */
+	    "allow tool \"files.d\"\n"
+	    "allow user \"alice\" tenant \"acme\" tool \"files.e\"\n");
+	/* user: the name in any tenant, or within the one named */
 	assert_int_equal(decide(conf, &alice, "files.a", "{}"), POLICY_ALLOW);
+	assert_int_equal(decide(conf, &alice_beta, "files.a", "{}"),
+	    POLICY_ALLOW);
 	assert_int_equal(decide(conf, &bob, "files.a", "{}"), POLICY_DENY);
 	assert_int_equal(decide(conf, &near, "files.a", "{}"), POLICY_DENY);
 	assert_int_equal(decide(conf, &nobody, "files.a", "{}"), POLICY_DENY);
+	assert_int_equal(decide(conf, &alice, "files.e", "{}"), POLICY_ALLOW);
+	assert_int_equal(decide(conf, &alice_beta, "files.e", "{}"),
+	    POLICY_DENY);
+	assert_int_equal(decide(conf, &near, "files.e", "{}"), POLICY_DENY);
 	/* role: the second of three */
 	assert_int_equal(decide(conf, &alice, "files.b", "{}"), POLICY_ALLOW);
 	assert_int_equal(decide(conf, &ops, "files.b", "{}"), POLICY_DENY);
@@ -714,9 +723,11 @@ test_rate_limits(void **state)
 	assert_ptr_equal(d.pd_rule, TAILQ_FIRST(&conf->c_rules));
 	assert_string_equal(d.pd_reason,
 	    "rate limit of rule at t.conf:1: 3 per minute");
-	/* Per user. */
+	/* Per user: a name within a tenant. */
 	assert_int_equal(decide_at(conf, &bob, "jira.search", "{\"q\":\"x\"}",
 	    T0 + 10, &d), POLICY_ALLOW);
+	assert_int_equal(decide_at(conf, &alice_beta, "jira.search",
+	    "{\"q\":\"x\"}", T0 + 10, &d), POLICY_ALLOW);
 	/* A call its conditions refuse does not count, nor match. */
 	assert_int_equal(decide_at(conf, &bob, "jira.search",
 	    "{\"q\":\"01234567890\"}", T0 + 10, &d), POLICY_ALLOW);

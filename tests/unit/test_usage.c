@@ -34,6 +34,7 @@ static char dir[64];
 	"provider \"p\" { type openai model \"m\" api-key-env \"K\" " \
 	"price input 1 output 2 }\n" \
 	"budget user \"alice\" daily-tokens 100\n" \
+	"budget user \"alice\" tenant \"beta\" monthly-tokens 60\n" \
 	"budget tenant \"acme\" monthly-usd 0.001\n" \
 	"budget role \"analyst\" daily-tokens 50\n"
 
@@ -115,6 +116,9 @@ static const struct usage_who alice = { "alice", "acme", NULL, 0 };
 static const struct usage_who carol = { "carol", "acme", analyst, 1 };
 static const struct usage_who erin = { "erin", "acme", analyst, 1 };
 static const struct usage_who frank = { "frank", "acme", NULL, 0 };
+/* Another tenant's users of the same names: other people. */
+static const struct usage_who alice_beta = { "alice", "beta", NULL, 0 };
+static const struct usage_who carol_beta = { "carol", "beta", analyst, 1 };
 
 static int crossings;
 
@@ -294,6 +298,29 @@ test_role_budget_per_user(void **state)
 	assert_null(stopped_by(&alice, now));
 }
 
+/*
+ * A user is a name within a tenant: a user budget, and a role's, counts
+ * what its holder used, not what another tenant's user of that name did.
+ */
+static void
+test_budgets_count_a_name_within_its_tenant(void **state)
+{
+	time_t now = utc(2026, 3, 10, 9, 0, 0);
+
+	(void)state;
+	record(&alice, now, 60, 40);			/* her 100 */
+	record(&carol, now, 30, 20);			/* the role's 50 */
+	assert_non_null(stopped_by(&alice, now));
+	assert_non_null(stopped_by(&carol, now));
+	assert_null(stopped_by(&alice_beta, now));
+	assert_null(stopped_by(&carol_beta, now));
+	record(&alice_beta, now, 30, 20);
+	assert_null(stopped_by(&alice_beta, now));
+	/* A budget for beta's alice: hers alone, counted within beta. */
+	record(&alice_beta, now, 5, 5);
+	assert_non_null(stopped_by(&alice_beta, now));
+}
+
 /* Usage that cannot be read stops the call: the budget is not known. */
 static void
 test_unreadable_usage_fails_closed(void **state)
@@ -380,11 +407,17 @@ test_erase_user_keeps_the_bill(void **state)
 	record(&alice, now, 10, 245);
 	record(&carol, now, 10, 245);
 	record(&alice, now + 1, 1, 1);
-	assert_int_equal(usage_erase_user("alice"), 0);
+	record(&alice_beta, now, 3, 4);
+	assert_int_equal(usage_erase_user("alice", "acme"), 0);
 	assert_int_equal(count("SELECT COUNT(*) FROM usage WHERE user = "
-	    "'alice'"), 0);
+	    "'alice' AND tenant = 'acme'"), 0);
 	assert_int_equal(count("SELECT COUNT(*) FROM usage_daily WHERE user = "
-	    "'alice'"), 0);
+	    "'alice' AND tenant = 'acme'"), 0);
+	/* The other tenant's alice keeps hers. */
+	assert_int_equal(count("SELECT COUNT(*) FROM usage WHERE user = "
+	    "'alice' AND tenant = 'beta'"), 1);
+	assert_int_equal(count("SELECT SUM(input_tokens + output_tokens) FROM "
+	    "usage_daily WHERE user = 'alice' AND tenant = 'beta'"), 7);
 	assert_int_equal(count("SELECT SUM(calls) FROM usage_daily WHERE user "
 	    "= ''"), 2);
 	assert_int_equal(count("SELECT SUM(input_tokens + output_tokens) FROM "
@@ -514,6 +547,7 @@ main(void)
 		cmocka_unit_test(test_estimate),
 		T(test_rollover),
 		T(test_role_budget_per_user),
+		T(test_budgets_count_a_name_within_its_tenant),
 		T(test_unreadable_usage_fails_closed),
 		T(test_tenant_budget_usd),
 		T(test_marks_once_a_period),
