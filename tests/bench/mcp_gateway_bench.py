@@ -3,11 +3,15 @@
 
 One backend, tests/fixtures/echo_mcp.mjs (a stdio MCP server with one tool,
 `echo`), and four ways to call it, measured in one run by the same load
-generator (tests/bench/mcp_load.c):
+generator (tests/bench/mcp_load.c), and a yardstick:
 
   direct        mcp_load speaks stdio to the backend itself: C calls in
                 flight on its pipe, pipelined (the floor: no HTTP, no
                 gateway)
+  relay         `mcp_load relay`: a null gateway, HTTP in and the call
+                written to the backend as it came, its answer sent back
+                (no parsing, policy or audit): the most calls/s any
+                gateway could answer on this machine, not a peer
   broker        /mcp/bench of an mcpbroker: `auth { api-keys }`, one user
                 per connection, `allow tool "*"`, the audit trail on (as by
                 default), the echo server with `isolation shared`
@@ -25,7 +29,7 @@ order rotating between rounds; the table gives the median of the rounds.
     npm ci --prefix tests/bench          # the peers and Node 22, pinned; not CI
     python3 tests/bench/mcp_gateway_bench.py [--bin build/bin]
         [--concurrency 1,16,64] [--duration 5] [--warmup 1] [--runs 3]
-        [--paths direct,broker,supergateway,mcp-proxy] [--calibrate]
+        [--paths direct,relay,broker,supergateway,mcp-proxy] [--calibrate]
         [--backend node|python] [--state-dir DIR] [--era 2025|2026]
 
 --calibrate first measures the load generators themselves against a
@@ -61,7 +65,7 @@ ROOT = os.path.dirname(TESTS)
 ECHO = os.path.join(TESTS, "fixtures", "echo_mcp.mjs")
 ECHO_PY = os.path.join(TESTS, "fixtures", "echo_mcp.py")
 PEERS = os.path.join(HERE, "node_modules")
-ALL_PATHS = ["direct", "broker", "supergateway", "mcp-proxy"]
+ALL_PATHS = ["direct", "relay", "broker", "supergateway", "mcp-proxy"]
 
 
 def log(msg):
@@ -256,6 +260,18 @@ class McpProxy(Gateway):
                     "--"] + self.backend)
 
 
+class Relay(Gateway):
+    name = "relay"
+
+    def __init__(self, workdir, node, backend, bindir):
+        super().__init__(workdir, node, backend)
+        self.bindir = bindir
+
+    def launch(self):
+        self.spawn([os.path.join(self.bindir, "mcp_load"), "relay",
+                    str(self.port), "--"] + self.backend)
+
+
 class Broker(Gateway):
     name = "broker"
     path = "/mcp/bench"
@@ -437,16 +453,20 @@ def report(results, paths, concs):
                 "%.0f" % statistics.median(cpu) if cpu else "–"))
     peers = [p for p in ("supergateway", "mcp-proxy") if p in paths]
     if "broker" in paths and peers:
+        relay = "relay" in paths
         print("\n| concurrency | best peer | broker ÷ its calls/s | "
-              "broker p99 ÷ its p99 |")
-        print("|---:|---|---:|---:|")
+              "broker p99 ÷ its p99 |%s" % (" relay ÷ its calls/s |"
+                                            if relay else ""))
+        print("|---:|---|---:|---:|%s" % ("---:|" if relay else ""))
         for c in concs:
             best = max(peers, key=lambda p: med(results[(p, c)],
                                                 "calls_per_s"))
             b, q = results[("broker", c)], results[(best, c)]
-            print("| %d | %s | %.2f× | %.2f |" % (
+            print("| %d | %s | %.2f× | %.2f |%s" % (
                 c, best, med(b, "calls_per_s") / med(q, "calls_per_s"),
-                med(b, "p99_ms") / med(q, "p99_ms")))
+                med(b, "p99_ms") / med(q, "p99_ms"),
+                " %.2f× |" % (med(results[("relay", c)], "calls_per_s") /
+                              med(q, "calls_per_s")) if relay else ""))
     print("\nLoad average (1 min) at the start of each case: %s" %
           ", ".join(sorted({r["load"] for v in results.values()
                             for r in v}, key=float)))
@@ -517,6 +537,8 @@ def main():
         dbdir = opts.state_dir or workdir
         print("disk of the broker's database (%s): %s" % (dbdir,
                                                           fsync_ms(dbdir)))
+        if "relay" in paths:
+            gws["relay"] = Relay(workdir, node, backend, opts.bin)
         if "broker" in paths:
             gws["broker"] = Broker(workdir, node, backend, opts.bin,
                                    max(concs), opts.state_dir)

@@ -5,6 +5,7 @@
  *	mcp_load http [OPTIONS] http://HOST:PORT/PATH
  *	mcp_load stdio [OPTIONS] -- COMMAND [ARG...]
  *	mcp_load respond PORT
+ *	mcp_load relay PORT -- COMMAND [ARG...]
  *
  * http: C connections (HTTP/1.1 keep-alive), each its own MCP client.  With
  * -e 2025 (the default) a connection opens a 2025-06-18 session
@@ -30,6 +31,13 @@
  * respond: a trivial HTTP responder (one thread, epoll) that answers every
  * request with a canned tools/call result and a session id, for measuring
  * a load generator's own ceiling.
+ *
+ * relay: a null gateway (one thread, epoll) in front of COMMAND, an MCP
+ * server on stdio that answers in order: each POSTed call goes to the
+ * server as it came and the server's next line is its answer; initialize,
+ * notifications and DELETE are answered at once.  No parsing, policy or
+ * audit: the least that a stdio-to-HTTP gateway on this machine must
+ * spend, and so the most calls per second any could answer.
  *
  * Every mode but respond warms up for -w seconds (default 1), then measures
  * for -d seconds (default 5): the calls answered in that window, and the
@@ -60,6 +68,7 @@
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -979,20 +988,22 @@ run_stdio(char **argv)
 	return 0;
 }
 
-/* ---- a trivial responder ------------------------------------------------ */
+/* ---- servers: the trivial responder and the null relay ---------------- */
 
+/* A client of ours; dead: gone while the relay still owes it an answer. */
 struct rconn {
 	int fd;
 	char *in;
 	size_t len, cap;
+	int waiting, dead;
 };
 
 static int
-run_respond(const char *port)
+serve_listen(const char *port)
 {
 	struct sockaddr_in sin = { .sin_family = AF_INET };
-	struct epoll_event ev, evs[256];
-	int lfd, one = 1, i, n;
+	struct epoll_event ev;
+	int lfd, one = 1;
 
 	sin.sin_port = htons(atoi(port));
 	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -1005,84 +1016,285 @@ run_respond(const char *port)
 	ev.events = EPOLLIN;
 	ev.data.ptr = NULL;
 	epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &ev);
+	return lfd;
+}
+
+static void
+serve_accept(int lfd)
+{
+	struct epoll_event ev;
+	struct rconn *r;
+	int fd, one = 1;
+
+	while ((fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK |
+	    SOCK_CLOEXEC)) >= 0) {
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+		r = calloc(1, sizeof *r);
+		r->fd = fd;
+		ev.events = EPOLLIN;
+		ev.data.ptr = r;
+		epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
+	}
+}
+
+/* Read what there is: 0, or -1 when the client went (r freed unless owed). */
+static int
+rconn_fill(struct rconn *r)
+{
+	ssize_t got;
+
+	for (;;) {
+		if (r->cap - r->len < 16384)
+			r->in = xrealloc(r->in, r->cap = r->cap ? r->cap * 2 :
+			    65536);
+		got = read(r->fd, r->in + r->len, r->cap - r->len - 1);
+		if (got > 0) {
+			r->len += got;
+			continue;
+		}
+		if (got < 0 && errno == EAGAIN)
+			return 0;
+		close(r->fd);
+		r->fd = -1;
+		free(r->in);
+		r->in = NULL;
+		r->len = r->cap = 0;
+		if (r->waiting)
+			r->dead = 1;
+		else
+			free(r);
+		return -1;
+	}
+}
+
+/*
+ * The first whole request in r's buffer: its length (0: none yet), its
+ * method's first letter and its body.
+ */
+static size_t
+rconn_request(struct rconn *r, char *method, const char **body, long *blen)
+{
+	char *hend, *cl;
+	long clen = 0;
+	size_t whole;
+
+	if (r->len == 0 || (hend = memmem(r->in, r->len, "\r\n\r\n", 4)) ==
+	    NULL)
+		return 0;
+	r->in[r->len] = '\0';
+	cl = strcasestr(r->in, "\r\nContent-Length:");
+	if (cl && cl < hend)
+		clen = strtol(cl + 17, NULL, 10);
+	whole = hend + 4 - r->in + clen;
+	if (r->len < whole)
+		return 0;
+	*method = r->in[0];
+	*body = hend + 4;
+	*blen = clen;
+	return whole;
+}
+
+static void
+rconn_consume(struct rconn *r, size_t whole)
+{
+	memmove(r->in, r->in + whole, r->len - whole);
+	r->len -= whole;
+}
+
+/* An answer: status line, a session id, BODY as JSON (none when blen 0). */
+static void
+reply(int fd, const char *status, const char *body, size_t blen)
+{
+	char head[256];
+	struct iovec iov[2];
+	int hl;
+
+	hl = snprintf(head, sizeof head, "HTTP/1.1 %s\r\nContent-Type: "
+	    "application/json\r\nMcp-Session-Id: s\r\nContent-Length: %zu"
+	    "\r\n\r\n", status, blen);
+	iov[0].iov_base = head;
+	iov[0].iov_len = hl;
+	iov[1].iov_base = (void *)body;
+	iov[1].iov_len = blen;
+	/* a client that cannot take an answer this small is gone: its read
+	 * sees the close */
+	if (writev(fd, iov, 2) < 0)
+		return;
+}
+
+static int
+run_respond(const char *port)
+{
+	struct epoll_event evs[256];
+	int lfd = serve_listen(port), i, n;
+
 	for (;;) {
 		n = epoll_wait(ep, evs, 256, -1);
 		for (i = 0; i < n; i++) {
 			struct rconn *r = evs[i].data.ptr;
-			char *hend;
+			const char *b, *v;
+			char body[256], m;
+			size_t whole;
+			long bl;
+			int len;
 
 			if (r == NULL) {
-				int fd;
-
-				while ((fd = accept4(lfd, NULL, NULL,
-				    SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0) {
-					setsockopt(fd, IPPROTO_TCP, TCP_NODELAY,
-					    &one, sizeof one);
-					r = calloc(1, sizeof *r);
-					r->fd = fd;
-					ev.events = EPOLLIN;
-					ev.data.ptr = r;
-					epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
-				}
+				serve_accept(lfd);
 				continue;
 			}
-			for (;;) {
-				ssize_t got;
-
-				if (r->cap - r->len < 16384)
-					r->in = xrealloc(r->in, r->cap =
-					    r->cap ? r->cap * 2 : 65536);
-				got = read(r->fd, r->in + r->len,
-				    r->cap - r->len - 1);
-				if (got > 0) {
-					r->len += got;
-					continue;
-				}
-				if (got == 0 || errno != EAGAIN) {
-					close(r->fd);
-					free(r->in);
-					free(r);
-					r = NULL;
-				}
-				break;
-			}
-			if (r == NULL)
+			if (rconn_fill(r) == -1)
 				continue;
 			/* answer every whole request in the buffer */
-			while ((hend = memmem(r->in, r->len, "\r\n\r\n", 4))) {
-				char head[512], body[256], *cl;
-				long clen = 0, id;
-				size_t whole;
-				const char *v;
-				int hl, bl;
-
-				r->in[r->len] = '\0';
-				cl = strcasestr(r->in, "\r\nContent-Length:");
-				if (cl && cl < hend)
-					clen = strtol(cl + 17, NULL, 10);
-				whole = hend + 4 - r->in + clen;
-				if (r->len < whole)
-					break;
-				v = json_value(hend + 4, clen, "id");
-				id = v ? strtol(v, NULL, 10) : 0;
-				body[0] = '\0';
-				if (v == NULL)
-					bl = 0;	/* a notification */
-				else
-					bl = snprintf(body, sizeof body,
-					    "{\"jsonrpc\":\"2.0\",\"id\":%ld,"
-					    "\"result\":{\"content\":[{\"type\":"
-					    "\"text\",\"text\":\"hello\"}]}}", id);
-				hl = snprintf(head, sizeof head,
-				    "HTTP/1.1 %s\r\nContent-Type: "
-				    "application/json\r\nMcp-Session-Id: s\r\n"
-				    "Content-Length: %d\r\n\r\n%s",
-				    v ? "200 OK" : "202 Accepted", bl, body);
-				if (write(r->fd, head, hl) != hl)
-					break;
-				memmove(r->in, r->in + whole, r->len - whole);
-				r->len -= whole;
+			while ((whole = rconn_request(r, &m, &b, &bl)) > 0) {
+				v = json_value(b, bl, "id");
+				len = v == NULL ? 0 : snprintf(body, sizeof body,
+				    "{\"jsonrpc\":\"2.0\",\"id\":%ld,"
+				    "\"result\":{\"content\":[{\"type\":"
+				    "\"text\",\"text\":\"hello\"}]}}",
+				    strtol(v, NULL, 10));
+				reply(r->fd, v ? "200 OK" : "202 Accepted", body,
+				    len);
+				rconn_consume(r, whole);
 			}
+		}
+	}
+	return 0;
+}
+
+/*
+ * The relay: the least any HTTP-to-stdio gateway must do, as a yardstick
+ * for the gateways measured.  Each POSTed call is written to the backend
+ * as it came, one line, and the backend's next line is its answer (the
+ * echo servers answer in order; an answer with another id stops the
+ * relay).  initialize, notifications and DELETE are answered here.
+ */
+#define RELAY_QUEUE (MAX_CONNS * 2)
+
+static struct rconn *relay_q[RELAY_QUEUE];
+static size_t relay_head, relay_n;
+
+static void
+relay_call(struct rconn *r, int to, const char *b, long bl)
+{
+	static const char init[] = "{\"jsonrpc\":\"2.0\",\"id\":0,\"result\":"
+	    "{\"protocolVersion\":\"2025-06-18\",\"capabilities\":{\"tools\":"
+	    "{}},\"serverInfo\":{\"name\":\"relay\",\"version\":\"1\"}}}";
+	struct iovec iov[2];
+
+	if (json_value(b, bl, "id") == NULL) {
+		reply(r->fd, "202 Accepted", "", 0);
+		return;
+	}
+	if (memmem(b, bl, "\"initialize\"", 12) != NULL) {
+		reply(r->fd, "200 OK", init, sizeof init - 1);
+		return;
+	}
+	if (relay_n == RELAY_QUEUE)
+		fail("relay: too many calls in flight");
+	iov[0].iov_base = (void *)b;
+	iov[0].iov_len = bl;
+	iov[1].iov_base = "\n";
+	iov[1].iov_len = 1;
+	if (writev(to, iov, 2) != bl + 1)
+		fail("relay: write to the backend: %s", strerror(errno));
+	relay_q[(relay_head + relay_n++) % RELAY_QUEUE] = r;
+	r->waiting = 1;
+}
+
+static void
+relay_requests(struct rconn *r, int to)
+{
+	const char *b;
+	size_t whole;
+	long bl;
+	char m;
+
+	while (!r->waiting && (whole = rconn_request(r, &m, &b, &bl)) > 0) {
+		if (m == 'P')
+			relay_call(r, to, b, bl);
+		else
+			reply(r->fd, m == 'D' ? "200 OK" : "405 Method Not "
+			    "Allowed", "", 0);
+		rconn_consume(r, whole);
+	}
+}
+
+/* Each line from the backend answers the oldest call waiting. */
+static void
+relay_answers(int from, int to, char **buf, size_t *len, size_t *cap)
+{
+	struct rconn *r;
+	char *nl, *p;
+	ssize_t got;
+
+	if (*cap - *len < 65536)
+		*buf = xrealloc(*buf, *cap = *cap ? *cap * 2 : 1 << 20);
+	if ((got = read(from, *buf + *len, *cap - *len)) <= 0)
+		fail("relay: the backend closed its output");
+	*len += got;
+	for (p = *buf; (nl = memchr(p, '\n', *buf + *len - p)) != NULL;
+	    p = nl + 1) {
+		if (relay_n == 0)
+			fail("relay: an answer nobody asked for: %.*s",
+			    (int)(nl - p), p);
+		r = relay_q[relay_head];
+		relay_head = (relay_head + 1) % RELAY_QUEUE;
+		relay_n--;
+		r->waiting = 0;
+		if (r->dead) {
+			free(r);
+			continue;
+		}
+		reply(r->fd, "200 OK", p, nl - p);
+		relay_requests(r, to);
+	}
+	memmove(*buf, p, *buf + *len - p);
+	*len = *buf + *len - p;
+}
+
+static int
+run_relay(const char *port, char **argv)
+{
+	static int backend_tag;
+	struct epoll_event ev, evs[256];
+	int to[2], from[2], lfd, i, n;
+	char *buf = NULL, line[4096];
+	size_t len = 0, cap = 0;
+	FILE *f;
+
+	if (pipe2(to, O_CLOEXEC) < 0 || pipe2(from, O_CLOEXEC) < 0)
+		fail("pipe: %s", strerror(errno));
+	if (fork() == 0) {
+		dup2(to[0], 0);
+		dup2(from[1], 1);
+		execvp(argv[0], argv);
+		_exit(127);
+	}
+	close(to[0]);
+	close(from[1]);
+	/* our own session with the backend, before any client's */
+	f = fdopen(dup(from[0]), "r");
+	if (dprintf(to[1], "%s\n", INIT_BODY) < 0 || f == NULL ||
+	    fgets(line, sizeof line, f) == NULL ||
+	    json_value(line, strlen(line), "result") == NULL)
+		fail("relay: the backend did not initialize");
+	fclose(f);
+	dprintf(to[1], "%s\n", INITIALIZED_BODY);
+	lfd = serve_listen(port);
+	ev.events = EPOLLIN;
+	ev.data.ptr = &backend_tag;
+	epoll_ctl(ep, EPOLL_CTL_ADD, from[0], &ev);
+	for (;;) {
+		n = epoll_wait(ep, evs, 256, -1);
+		for (i = 0; i < n; i++) {
+			struct rconn *r = evs[i].data.ptr;
+
+			if (r == NULL)
+				serve_accept(lfd);
+			else if (evs[i].data.ptr == &backend_tag)
+				relay_answers(from[0], to[1], &buf, &len, &cap);
+			else if (rconn_fill(r) == 0)
+				relay_requests(r, to[1]);
 		}
 	}
 	return 0;
@@ -1116,7 +1328,8 @@ usage(void)
 	    "                     [-r CALLS/S] [-p SECONDS] URL\n"
 	    "       mcp_load stdio [-c N] [-d S] [-w S] [-t TOOL] [-s BYTES] "
 	    "-- COMMAND [ARG...]\n"
-	    "       mcp_load respond PORT\n");
+	    "       mcp_load respond PORT\n"
+	    "       mcp_load relay PORT -- COMMAND [ARG...]\n");
 	exit(2);
 }
 
@@ -1135,6 +1348,11 @@ main(int argc, char **argv)
 		if (argc != 3)
 			usage();
 		return run_respond(argv[2]);
+	}
+	if (strcmp(mode, "relay") == 0) {
+		if (argc < 5 || strcmp(argv[3], "--") != 0)
+			usage();
+		return run_relay(argv[2], argv + 4);
 	}
 	argc--;
 	argv++;

@@ -10,6 +10,7 @@ import base64
 import json
 import os
 import re
+import select
 import shutil
 import socket
 import subprocess
@@ -289,6 +290,42 @@ class BadInputTest(unittest.TestCase):
         self.assertEqual(got, b"")
         self.assertLess(took, HEADER_TIMEOUT + 3)
         self.assertGreaterEqual(took, HEADER_TIMEOUT - 0.5)
+
+    def test_slow_headers_after_an_answer(self):
+        """On a kept-alive connection header-timeout runs from the previous
+        answer: a second request trickled after a first that took most of
+        header-timeout is cut off header-timeout after that answer."""
+        s = socket.create_connection(("127.0.0.1", self.b.port))
+        self.addCleanup(s.close)
+        first = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+        for i in range(len(first)):
+            s.sendall(first[i:i + 1])
+            time.sleep(HEADER_TIMEOUT * 0.75 / len(first))
+        s.settimeout(10)
+        got = b""
+        while b'"ok"' not in got:
+            got += s.recv(4096)
+        answered = time.monotonic()
+        self.assertTrue(got.startswith(b"HTTP/1.1 200"), got)
+        second = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 80
+        closed = None
+        for i in range(len(second)):
+            try:
+                s.sendall(second[i:i + 1])
+            except OSError:
+                closed = time.monotonic()
+                break
+            if select.select([s], [], [], 0.25)[0]:
+                try:
+                    data = s.recv(4096)
+                except ConnectionResetError:
+                    data = b""
+                self.assertEqual(data, b"")     # no answer, a close
+                closed = time.monotonic()
+                break
+        self.assertIsNotNone(closed, "never cut off")
+        self.assertGreaterEqual(closed - answered, HEADER_TIMEOUT - 0.5)
+        self.assertLess(closed - answered, HEADER_TIMEOUT + 3)
 
     def test_slow_body(self):
         body = b'{"message":"' + b"a" * 100 + b'"}'

@@ -136,16 +136,31 @@ class DaemonTest(unittest.TestCase):
         self.assertFalse(os.path.exists(b.sock))
 
     def test_sighup_with_broken_config_keeps_serving(self):
+        """A reload is refused for what -n refuses: a syntax error, a
+        control character in a configured header (raw or escaped), an
+        address of cloud metadata; the running configuration stays."""
         b = self.broker()
         pids = b.processes()
-        b.write_config(None, raw=b.config_text(TWO_SERVERS) +
-                       "server \"broken\" {\n  bogus-keyword\n")
-        b.signal(signal.SIGHUP)
-        b.wait_log(r"mcpbroker.conf:\d+: .*")
-        b.wait_log(r"reload failed; keeping the running configuration")
-        self.assertEqual(b.get("/healthz")[0], 200)
-        self.assertEqual(b.get("/readyz")[0], 200)
-        self.assertEqual(b.processes(), pids)
+        cases = [
+            ('server "broken" {\n  bogus-keyword\n', r"bogus-keyword"),
+            ('server "h" { url "http://127.0.0.1:1/mcp" header "X-A" '
+             '"a\rX-Injected: yes" }\n', r"control character 0x0d"),
+            ('server "h" { url "http://127.0.0.1:1/mcp" header "X-A" '
+             '"a\\nX-Injected: yes" }\n',
+             r'header "X-A": value contains a control character'),
+            ('server "h" { url "http://169.254.169.254/mcp" }\n',
+             r'server "h": url .* is .*allow-address'),
+        ]
+        for n, (extra, why) in enumerate(cases, 1):
+            b.write_config(None, raw=b.config_text(TWO_SERVERS) + extra)
+            b.signal(signal.SIGHUP)
+            b.wait_log(r"mcpbroker.conf:\d+: .*" + why)
+            wait_for(lambda: b.log().count("reload failed; keeping the "
+                                           "running configuration") == n,
+                     what="reload %d refused" % n)
+            self.assertEqual(b.get("/healthz")[0], 200)
+            self.assertEqual(b.get("/readyz")[0], 200)
+            self.assertEqual(b.processes(), pids)
 
     def test_sighup_applies_a_good_config(self):
         b = self.broker()

@@ -137,6 +137,21 @@ class WorkerTest(unittest.TestCase):
         self.assertIn('cannot execute "/nonexistent/srv"',
                       doc["servers"][0]["error"])
 
+    def test_silent_server_is_down_with_the_reason(self):
+        """A server that never answers the handshake: down, and /readyz
+        says why, after connect-timeout."""
+        b = Broker('server "mute" { command "python3" %s "silent" '
+                   'connect-timeout 1s }' % q(HOSTILE))
+        self.addCleanup(b.stop)
+        b.start(wait_ready=False)
+        status, doc = wait_for(lambda: (lambda r: r if r[0] == 503 and
+                               r[1]["servers"][0]["state"] == "down" and
+                               "error" in r[1]["servers"][0] else None)(
+                               b.get("/readyz")), timeout=15,
+                               what="down state")
+        self.assertEqual(doc["servers"][0]["error"],
+                         "no MCP handshake within 1000 ms")
+
     def test_killed_instance_is_replaced(self):
         b = self.broker('server "probe" { command "python3" %s }'
                         % q(NET_PROBE))
