@@ -647,19 +647,27 @@ ticker_start(void)
 	evtimer_add(ticker, &tv);
 }
 
+/* A user is a name within a tenant. */
+static int
+sess_of(const struct mcp_sess *ms, const struct store_user *u)
+{
+	return strcmp(ms->ms_user, u->su_name) == 0 &&
+	    strcmp(ms->ms_tenant, u->su_tenant) == 0;
+}
+
 /*
  * A user keeps at most SESSIONS_PER_USER sessions and everyone together
  * SESSIONS_MAX: the least recently used goes to make room (an IDE that
  * restarts leaves its old sessions behind).
  */
 static void
-sess_make_room(const char *user)
+sess_make_room(const struct store_user *u)
 {
 	struct mcp_sess	*ms, *lru = NULL;
 	size_t		 n = 0;
 
 	TAILQ_FOREACH(ms, &sessions, ms_entry)
-		if (strcmp(ms->ms_user, user) == 0) {
+		if (sess_of(ms, u)) {
 			if (lru == NULL)
 				lru = ms;
 			n++;
@@ -677,7 +685,7 @@ sess_new(const struct store_user *u, const char *toolset,
 	struct mcp_sess	*ms;
 	unsigned char	 r[8];
 
-	sess_make_room(u->su_name);
+	sess_make_room(u);
 	if ((ms = calloc(1, sizeof(*ms))) == NULL)
 		fatal("calloc");
 	if (sid_new(ms->ms_id) == -1 || getrandom(r, sizeof(r), 0) !=
@@ -713,15 +721,13 @@ sess_find(const char *sid, const struct store_user *u)
 		return NULL;
 	TAILQ_FOREACH(ms, &sessions, ms_entry)
 		if (CRYPTO_memcmp(ms->ms_id, sid, SID_LEN) == 0)
-			return strcmp(ms->ms_user, u->su_name) == 0 &&
-			    strcmp(ms->ms_tenant, u->su_tenant) == 0 ? ms :
-			    NULL;
+			return sess_of(ms, u) ? ms : NULL;
 	return NULL;
 }
 
 /* Someone else's session id: a leak or a guess; on the trail either way. */
 static int
-sess_foreign(const char *sid, const char *user, const char *peer)
+sess_foreign(const char *sid, const struct store_user *u, const char *peer)
 {
 	struct json_object	*d;
 	struct mcp_sess		*ms;
@@ -731,9 +737,9 @@ sess_foreign(const char *sid, const char *user, const char *peer)
 	TAILQ_FOREACH(ms, &sessions, ms_entry)
 		if (CRYPTO_memcmp(ms->ms_id, sid, SID_LEN) == 0)
 			break;
-	if (ms == NULL || strcmp(ms->ms_user, user) == 0)
+	if (ms == NULL || sess_of(ms, u))
 		return 0;
-	log_warnx("mcp: %s presented session %s of %s; refused", user,
+	log_warnx("mcp: %s presented session %s of %s; refused", u->su_name,
 	    ms->ms_label, ms->ms_user);
 	d = json_object_new_object();
 	json_object_object_add(d, "result", json_object_new_string("failure"));
@@ -744,7 +750,7 @@ sess_foreign(const char *sid, const char *user, const char *peer)
 	if (peer != NULL && *peer != '\0')
 		json_object_object_add(d, "address", json_object_new_string(
 		    peer));
-	(void)audit_append(AUDIT_KIND_AUTH, user, NULL, d);
+	(void)audit_append(AUDIT_KIND_AUTH, u->su_name, u->su_tenant, d);
 	json_object_put(d);
 	return 1;
 }
@@ -2847,7 +2853,7 @@ session_of(uint64_t http, const struct store_user *u, const char *toolset,
 	/* Another user's session is as unknown to this one as any. */
 	if ((ms = sess_find(in->in_sid, u)) == NULL ||
 	    strcmp(ms->ms_toolset, toolset) != 0) {
-		(void)sess_foreign(in->in_sid, u->su_name, in->in_peer);
+		(void)sess_foreign(in->in_sid, u, in->in_peer);
 		http_rpc_error(http, 404, rid, RPC_NO_SESSION, NULL,
 		    "Session not found");
 		return NULL;

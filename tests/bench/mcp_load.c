@@ -990,12 +990,15 @@ run_stdio(char **argv)
 
 /* ---- servers: the trivial responder and the null relay ---------------- */
 
-/* A client of ours; dead: gone while the relay still owes it an answer. */
+/*
+ * A client of ours; dead: gone while the relay still owes it an answer;
+ * closing: its last request asked for Connection: close.
+ */
 struct rconn {
 	int fd;
 	char *in;
 	size_t len, cap;
-	int waiting, dead;
+	int waiting, dead, closing;
 };
 
 static int
@@ -1037,7 +1040,22 @@ serve_accept(int lfd)
 	}
 }
 
-/* Read what there is: 0, or -1 when the client went (r freed unless owed). */
+/* The client is gone, or done: r is freed unless an answer is owed. */
+static void
+rconn_end(struct rconn *r)
+{
+	close(r->fd);
+	r->fd = -1;
+	free(r->in);
+	r->in = NULL;
+	r->len = r->cap = 0;
+	if (r->waiting)
+		r->dead = 1;
+	else
+		free(r);
+}
+
+/* Read what there is: 0, or -1 when the client went. */
 static int
 rconn_fill(struct rconn *r)
 {
@@ -1054,15 +1072,7 @@ rconn_fill(struct rconn *r)
 		}
 		if (got < 0 && errno == EAGAIN)
 			return 0;
-		close(r->fd);
-		r->fd = -1;
-		free(r->in);
-		r->in = NULL;
-		r->len = r->cap = 0;
-		if (r->waiting)
-			r->dead = 1;
-		else
-			free(r);
+		rconn_end(r);
 		return -1;
 	}
 }
@@ -1074,7 +1084,7 @@ rconn_fill(struct rconn *r)
 static size_t
 rconn_request(struct rconn *r, char *method, const char **body, long *blen)
 {
-	char *hend, *cl;
+	char *hend, *cl, *cc;
 	long clen = 0;
 	size_t whole;
 
@@ -1085,6 +1095,8 @@ rconn_request(struct rconn *r, char *method, const char **body, long *blen)
 	cl = strcasestr(r->in, "\r\nContent-Length:");
 	if (cl && cl < hend)
 		clen = strtol(cl + 17, NULL, 10);
+	cc = strcasestr(r->in, "\r\nConnection: close\r\n");
+	r->closing = cc != NULL && cc < hend;
 	whole = hend + 4 - r->in + clen;
 	if (r->len < whole)
 		return 0;
@@ -1155,6 +1167,10 @@ run_respond(const char *port)
 				reply(r->fd, v ? "200 OK" : "202 Accepted", body,
 				    len);
 				rconn_consume(r, whole);
+				if (r->closing) {
+					rconn_end(r);
+					break;
+				}
 			}
 		}
 	}
@@ -1216,6 +1232,10 @@ relay_requests(struct rconn *r, int to)
 			reply(r->fd, m == 'D' ? "200 OK" : "405 Method Not "
 			    "Allowed", "", 0);
 		rconn_consume(r, whole);
+		if (r->closing && !r->waiting) {
+			rconn_end(r);
+			return;
+		}
 	}
 }
 
@@ -1246,7 +1266,10 @@ relay_answers(int from, int to, char **buf, size_t *len, size_t *cap)
 			continue;
 		}
 		reply(r->fd, "200 OK", p, nl - p);
-		relay_requests(r, to);
+		if (r->closing)
+			rconn_end(r);
+		else
+			relay_requests(r, to);
 	}
 	memmove(*buf, p, *buf + *len - p);
 	*len = *buf + *len - p;

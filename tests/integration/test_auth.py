@@ -421,6 +421,48 @@ class JwtTest(unittest.TestCase):
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("a user is NAME or TENANT/NAME", r.stderr)
 
+    def test_mcp_sessions_are_per_tenant(self):
+        """A local user given a token user's name, in another tenant,
+        neither crowds that user's /mcp sessions out (32 a user) nor
+        uses one: presenting its id is refused and audited."""
+        self.start(extra='toolset "t" { tools "h.echo" }\n')
+        jane = self.keys.sign("HS256", {"alg": "HS256", "kid": "h"},
+                              claims(groups=["ops"], org="acme"))
+        squat = self.b.ctl("user", "add", "-t", "evil", "-r", "ops",
+                           "jane").stdout.strip().splitlines()[-1]
+
+        def rpc(key, method, sid=None):
+            h = {"Authorization": "Bearer " + key,
+                 "Content-Type": "application/json",
+                 "Accept": "application/json, text/event-stream"}
+            params = {}
+            if sid is not None:
+                h["Mcp-Session-Id"] = sid
+                h["MCP-Protocol-Version"] = "2025-06-18"
+            else:
+                params = {"protocolVersion": "2025-06-18",
+                          "capabilities": {},
+                          "clientInfo": {"name": "t", "version": "1"}}
+            status, hdrs, data = self.b.request(
+                "POST", "/mcp/t", json.dumps({"jsonrpc": "2.0", "id": 1,
+                                              "method": method,
+                                              "params": params}), h)
+            hdrs = {k.lower(): v for k, v in hdrs.items()}
+            return status, hdrs.get("mcp-session-id")
+
+        status, sid = rpc(jane, "initialize")
+        self.assertEqual(status, 200)
+        for _ in range(33):
+            self.assertEqual(rpc(squat, "initialize")[0], 200)
+        self.assertEqual(rpc(jane, "ping", sid)[0], 200)
+        self.assertEqual(rpc(squat, "ping", sid)[0], 404)
+        out = self.b.ctl("audit", "export", "--format", "jsonl").stdout
+        rows = [json.loads(line) for line in out.splitlines()]
+        self.assertTrue(any(r["kind"] == "auth" and r["user"] == "jane" and
+                            r["tenant"] == "evil" and
+                            r["detail"].get("reason") ==
+                            "MCP session of another user" for r in rows))
+
     def test_tenant_admin_role_and_tenant_claim(self):
         self.start()
         boss = self.keys.sign("HS256", {"alg": "HS256"},
