@@ -75,6 +75,7 @@ struct call {
 	struct audit_async	*c_outcome;	/* outcome row being committed */
 	struct json_object	*c_decided;	/* its arguments, meanwhile */
 	enum verdict		 c_verdict;	/* what follows the commit */
+	int			 c_reloaded;	/* rules changed since decided */
 	char			*c_why;		/* a refusal, for the model */
 	char			*c_output;	/* the result, for the model */
 	int			 c_error;
@@ -1193,6 +1194,8 @@ call_decide(struct turn *t, size_t i, struct json_object *args)
 
 static void	call_run(struct turn *, size_t, struct json_object *);
 static void	approval_ask(struct turn *, size_t, struct json_object *);
+static void	call_redecide(struct turn *, struct call *,
+		    struct json_object *);
 
 /*
  * The intent row is committed (id), or could not be written (-1): only
@@ -1224,7 +1227,11 @@ intent_recorded(int64_t id, void *arg)
 		call_finish(t, c, why, 1);
 	} else {
 		c->c_audit = id;
-		if (c->c_verdict == V_ASK)
+		if (c->c_reloaded)
+			call_redecide(t, c, args);
+		if (c->c_done)
+			;	/* refused by the rules loaded since */
+		else if (c->c_verdict == V_ASK)
 			approval_ask(t, cr.cr_index, args);
 		else
 			call_run(t, cr.cr_index, args);
@@ -1280,48 +1287,69 @@ approval_expired(int fd, short ev, void *arg)
 }
 
 /*
- * A configuration was loaded while the call waited for approval: it was
- * decided under the old rules, so it is decided again (rates counted
- * anew, as a reload resets them).  One that would now be denied, or whose
- * tool is withheld, is refused at once instead of running on approval.
+ * A configuration was loaded since the call was decided (while its
+ * intent was being committed, or while it waited for approval): it is
+ * decided again under the rules now in force, its rate counted anew as a
+ * reload resets the counters.  One they deny, or whose tool is withheld,
+ * is refused at once; one that now needs approval is asked for it.
  */
 static void
-approval_recheck(struct turn *t, struct call *c)
+call_redecide(struct turn *t, struct call *c, struct json_object *args)
 {
 	struct policy_caller	 pc;
 	struct policy_decision	 pd;
 	char			 id[256], why[512];
 
+	c->c_reloaded = 0;
 	snprintf(id, sizeof(id), "%s.%s", c->c_map->tm_server,
 	    c->c_map->tm_tool);
 	session_caller(t->t_s, &pc);
 	if (!controller_tool_usable(c->c_map->tm_server, c->c_map->tm_tool))
 		controller_tool_withheld(&pd);
 	else
-		policy_decide(&controller_conf()->c_rules, &pc, id,
-		    c->c_pending, monotonic_ms(), &pd);
-	if (pd.pd_action != POLICY_DENY)
-		return;
-	snprintf(why, sizeof(why), "%.160s was refused while it waited for "
-	    "approval, by the configuration loaded since: %.200s", id,
-	    pd.pd_reason);
-	log_info("chat %s: %s", t->t_s->s_user, why);
-	approval_clear(c);
-	(void)audit_approval(t, c, "refused", pd.pd_reason);
-	call_finish(t, c, why, 1);
+		policy_decide(&controller_conf()->c_rules, &pc, id, args,
+		    monotonic_ms(), &pd);
+	if (pd.pd_action == POLICY_CONFIRM && t->t_stream)
+		c->c_verdict = V_ASK;
+	else if (pd.pd_action != POLICY_ALLOW) {
+		snprintf(why, sizeof(why), "%.160s was refused%s, by the "
+		    "configuration loaded since it was decided: %.200s", id,
+		    c->c_pending != NULL ? " while it waited for approval" :
+		    "", pd.pd_action == POLICY_CONFIRM ? "it needs an "
+		    "approval, which only a streaming chat can ask for" :
+		    pd.pd_reason);
+		log_info("chat %s: %s", t->t_s->s_user, why);
+		if (c->c_pending != NULL) {
+			approval_clear(c);
+			(void)audit_approval(t, c, "refused", pd.pd_reason);
+		}
+		call_finish(t, c, why, 1);
+	}
 }
 
+/*
+ * Calls decided under the rules just replaced: those waiting for
+ * approval are decided again now, those whose intent is still being
+ * committed once it is (intent_recorded).  call_finish writes through
+ * the group commit, so no turn or call goes away during this walk.
+ */
 void
 chat_reconfigure(void)
 {
 	struct session	*s;
+	struct call	*c;
 	size_t		 i;
 
 	TAILQ_FOREACH(s, &sessions, s_entry)
-		for (i = 0; s->s_turn != NULL && i < s->s_turn->t_ncalls; i++)
-			if (s->s_turn->t_calls[i].c_pending != NULL)
-				approval_recheck(s->s_turn,
-				    &s->s_turn->t_calls[i]);
+		for (i = 0; s->s_turn != NULL && i < s->s_turn->t_ncalls; i++) {
+			c = &s->s_turn->t_calls[i];
+			if (c->c_intent != NULL && c->c_verdict != V_REFUSE)
+				c->c_reloaded = 1;
+			else if (c->c_pending != NULL) {
+				c->c_reloaded = 1;
+				call_redecide(s->s_turn, c, c->c_pending);
+			}
+		}
 }
 
 /* Hold the call and ask: the answer comes to POST /llmchat/approve. */

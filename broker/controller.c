@@ -993,7 +993,8 @@ admin_server(uint64_t id, const char *op, struct json_object *o)
 		admin_error(id, "a user is NAME or TENANT/NAME");
 		return;
 	}
-	if (audit_admin_call(server, tool, user, conv, args) == -1) {
+	if (audit_admin_call(server, tool, user != NULL ? owner : NULL, conv,
+	    args) == -1) {
 		admin_error(id, "the audit trail cannot be written; nothing was "
 		    "called");
 		return;
@@ -1590,9 +1591,10 @@ controller_configure(struct mcpbroker_conf *conf, int reload)
 	TAILQ_FOREACH(wl, &ctl.workers, wl_entry)
 		(void)worker_pins(wl);
 	mcp_reconfigure();
-	chat_reconfigure();
 	if (reload)
 		audit_system("config_reloaded", "servers", NULL, NULL);
+	/* After the reload's row: what it refuses refers to it. */
+	chat_reconfigure();
 	/* Conversations past their retention go now, then every day. */
 	conv_retention_start(child_base());
 	return 0;

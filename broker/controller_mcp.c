@@ -2221,15 +2221,29 @@ ignore_done(struct json_object *result, struct json_object *error,
 		    obj_str(error, "message") : "a subscription change failed");
 }
 
+/*
+ * The subscriptions to uri that reach the same instance of server as the
+ * caller's (owner, conv): isolation decides which that is, and each
+ * instance is told of its own first and last.
+ */
 static int
-sub_count(const char *server, const char *uri)
+sub_count(const char *server, const char *uri, const char *owner,
+    const char *conv)
 {
-	const struct mcp_sub	*sb;
-	int			 n = 0;
+	const struct server_conf	*sc;
+	const struct mcp_sub		*sb;
+	enum server_isolation		 iso = ISOLATION_SHARED;
+	int				 n = 0;
 
+	if ((sc = config_find_server(controller_conf(), server)) != NULL)
+		iso = sc->srv_isolation;
 	TAILQ_FOREACH(sb, &subs, sb_entry)
 		if (strcmp(sb->sb_server, server) == 0 &&
-		    strcmp(sb->sb_uri, uri) == 0)
+		    strcmp(sb->sb_uri, uri) == 0 &&
+		    (iso != ISOLATION_PER_USER ||
+		    strcmp(sb->sb_owner, owner) == 0) &&
+		    (iso != ISOLATION_PER_CONVERSATION ||
+		    strcmp(sb->sb_conv, conv) == 0))
 			n++;
 	return n;
 }
@@ -2273,7 +2287,8 @@ static void
 sub_drop(struct mcp_sub *sb)
 {
 	TAILQ_REMOVE(&subs, sb, sb_entry);
-	if (sub_count(sb->sb_server, sb->sb_uri) == 0)
+	if (sub_count(sb->sb_server, sb->sb_uri, sb->sb_owner, sb->sb_conv) ==
+	    0)
 		sub_tell("resources/unsubscribe", sb->sb_server, sb->sb_uri,
 		    sb->sb_owner, sb->sb_conv);
 	free(sb->sb_uri);
@@ -2459,7 +2474,7 @@ m_listen(struct mcp_req *mr)
 		    json_type_string) || strlen(uri) > URI_MAX ||
 		    sub_target(mr, uri, server, sizeof(server), &orig) == -1)
 			continue;
-		if (sub_count(server, orig) == 0)
+		if (sub_count(server, orig, mr->mr_owner, mr->mr_conv) == 0)
 			sub_tell("resources/subscribe", server, orig,
 			    mr->mr_owner, mr->mr_conv);
 		sub_add(mr, NULL, mr, server, orig);

@@ -192,6 +192,28 @@ static const char *const migrations[] = {
 	"  pending_definition TEXT,"
 	"  pending_since INTEGER,"
 	"  PRIMARY KEY (server, tool)) WITHOUT ROWID;",
+	/*
+	 * 5 -> 6: a user is a name within a tenant.  A budget mark is its
+	 * holder's in that tenant, and a `budget user "NAME" tenant "T"`
+	 * (name_tenant T; '' for none) is another budget than NAME's in any
+	 * tenant.
+	 */
+	"CREATE TABLE budget_alerts_6 ("
+	"  scope TEXT NOT NULL,"
+	"  name TEXT NOT NULL,"
+	"  name_tenant TEXT NOT NULL,"
+	"  metric TEXT NOT NULL,"
+	"  holder TEXT NOT NULL,"		/* the tenant, or the user */
+	"  tenant TEXT NOT NULL,"
+	"  period TEXT NOT NULL,"
+	"  percent INTEGER NOT NULL,"
+	"  ts INTEGER NOT NULL,"
+	"  PRIMARY KEY (scope, name, name_tenant, metric, holder, tenant,"
+	"  period, percent)) WITHOUT ROWID;"
+	"INSERT INTO budget_alerts_6 SELECT scope, name, '', metric, holder,"
+	"  tenant, period, percent, ts FROM budget_alerts;"
+	"DROP TABLE budget_alerts;"
+	"ALTER TABLE budget_alerts_6 RENAME TO budget_alerts;",
 };
 /* The array is the history: its length is the schema's version. */
 #define SCHEMA_VERSION	((int)(sizeof(migrations) / sizeof(migrations[0])))

@@ -333,18 +333,19 @@ budget_alert(const struct budget_status *bs, const struct usage_who *w,
 
 	if (store_begin("budget_alert") == -1)
 		return;
-	if ((st = store_prepare("INSERT OR IGNORE INTO budget_alerts (scope, name, "
-	    "metric, holder, tenant, period, percent, ts) VALUES (?, ?, ?, ?, "
-	    "?, ?, ?, ?)")) == NULL)
+	if ((st = store_prepare("INSERT OR IGNORE INTO budget_alerts (scope, "
+	    "name, name_tenant, metric, holder, tenant, period, percent, ts) "
+	    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")) == NULL)
 		goto out;
 	store_bind_str(st, 1, budget_scope_str(bg->bg_scope));
 	store_bind_str(st, 2, bg->bg_subject);
-	store_bind_str(st, 3, budget_metric_str(bg->bg_metric));
-	store_bind_str(st, 4, bs->bs_holder);
-	store_bind_str(st, 5, w->uw_tenant);
-	store_bind_str(st, 6, usage_day(bs->bs_start, period, sizeof(period)));
-	sqlite3_bind_int(st, 7, percent);
-	sqlite3_bind_int64(st, 8, (sqlite3_int64)time(NULL) * 1000);
+	store_bind_str(st, 3, bg->bg_tenant != NULL ? bg->bg_tenant : "");
+	store_bind_str(st, 4, budget_metric_str(bg->bg_metric));
+	store_bind_str(st, 5, bs->bs_holder);
+	store_bind_str(st, 6, w->uw_tenant);
+	store_bind_str(st, 7, usage_day(bs->bs_start, period, sizeof(period)));
+	sqlite3_bind_int(st, 8, percent);
+	sqlite3_bind_int64(st, 9, (sqlite3_int64)time(NULL) * 1000);
 	if (store_step_done(st) == -1)
 		goto out;
 	if (sqlite3_changes(store_db()) == 0) {
@@ -359,9 +360,12 @@ budget_alert(const struct budget_status *bs, const struct usage_who *w,
 	ok = audit_append(AUDIT_KIND_BUDGET, w->uw_user, w->uw_tenant, d) !=
 	    -1;
 	json_object_put(d);
-	log_info("budget %s \"%s\" %s: %d%% reached by %s",
+	log_info("budget %s \"%s\"%s%s%s %s: %d%% reached by %s of %s",
 	    budget_scope_str(bg->bg_scope), bg->bg_subject,
-	    budget_metric_str(bg->bg_metric), percent, w->uw_user);
+	    bg->bg_tenant != NULL ? " tenant \"" : "",
+	    bg->bg_tenant != NULL ? bg->bg_tenant : "",
+	    bg->bg_tenant != NULL ? "\"" : "", budget_metric_str(bg->bg_metric),
+	    percent, w->uw_user, w->uw_tenant);
  out:
 	if (store_end("budget_alert", ok) == -1 || !ok)
 		log_warnx("usage: a budget alert was not recorded");

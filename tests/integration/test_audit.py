@@ -640,9 +640,10 @@ class AuditChatTest(unittest.TestCase):
         self.assertIn("by hand", out)
         rows = [r for r in self.rows() if r["kind"] == "admin" and
                 r["detail"].get("op") == "server_call"]
+        # bob is no local user: the tenant of users made without one
         self.assertEqual(rows[-1]["detail"], {
             "op": "server_call", "server": "echo", "tool": "echo",
-            "as_user": "bob",
+            "as_user": "default/bob",
             "arguments": {"text": "by hand", "password": "***"}})
 
     def test_parallel_calls_are_recorded_in_order(self):

@@ -572,9 +572,15 @@ class ChatApprovalReloadTest(ChatBase):
         self.assertEqual(answers[0][0], 404, answers)
         rows = [json.loads(line) for line in self.b.ctl(
             "audit", "export", "--format", "jsonl").stdout.splitlines()]
-        approvals = [r["detail"] for r in rows if r["kind"] == "approval"]
-        self.assertEqual([a["answer"] for a in approvals], ["refused"])
-        self.assertIn("denied by rule", approvals[0]["reason"])
+        approvals = [r for r in rows if r["kind"] == "approval"]
+        self.assertEqual([a["detail"]["answer"] for a in approvals],
+                         ["refused"])
+        self.assertIn("denied by rule", approvals[0]["detail"]["reason"])
+        # after the reload's own row, which it refers to
+        reloads = [r["id"] for r in rows if r["kind"] == "system" and
+                   r["detail"].get("event") == "config_reloaded"]
+        self.assertEqual(len(reloads), 1)
+        self.assertLess(reloads[0], approvals[0]["id"])
 
 
 class ChatUsersTest(unittest.TestCase):

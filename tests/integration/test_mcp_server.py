@@ -11,9 +11,11 @@ import http.client
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 import unittest
 
@@ -839,6 +841,86 @@ class McpServerTest(unittest.TestCase):
         r = self.node_client(client, url, "--token", self.alice, "--call",
                              "everything.get-env")
         self.assertTrue(json.loads(r.stdout)["result"]["isError"])
+
+
+class PerUserSubscriptionTest(unittest.TestCase):
+    """Resource subscriptions on a per-user server: each user's instance
+    is told of each user's subscription, and each hears its own updates."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="mcpbroker-subs-")
+        os.chmod(self.dir, 0o755)
+        self.addCleanup(shutil.rmtree, self.dir, True)
+        tools = os.path.join(self.dir, "tools.json")
+        self.note = os.path.join(self.dir, "note.txt")
+        for path, text in ((tools, '{"tools": []}'), (self.note, "v1")):
+            with open(path, "w") as f:
+                f.write(text)
+            os.chmod(path, 0o644)
+        self.b = Broker('auth { api-keys }\n'
+                        'server "m" { command "python3" "%s" "%s" "%s" '
+                        'isolation per-user }\n'
+                        'toolset "t" { tools "m.*" }\n'
+                        'allow role "dev" resource "m.*"\n'
+                        % (os.path.join(FIXTURES, "mutable_mcp_server.py"),
+                           tools, self.note))
+        self.addCleanup(self.b.stop)
+        self.b.start()
+
+    def listen(self, key, uri):
+        conn = http.client.HTTPConnection("127.0.0.1", self.b.port,
+                                          timeout=20)
+        conn.request("POST", "/mcp/t", body=self.body(
+            7, "subscriptions/listen",
+            {"notifications": {"resourceSubscriptions": [uri]}}),
+            headers=self.headers(key, "subscriptions/listen"))
+        s = Stream(conn, conn.getresponse())
+        self.addCleanup(s.close)
+        _, ack = s.next_event()
+        self.assertEqual(ack["params"]["notifications"].get(
+            "resourceSubscriptions"), [uri], ack)
+        return s
+
+    def body(self, rid, method, params):
+        params["_meta"] = {
+            "io.modelcontextprotocol/protocolVersion": MODERN,
+            "io.modelcontextprotocol/clientInfo": {"name": "t",
+                                                   "version": "1"},
+            "io.modelcontextprotocol/clientCapabilities": {}}
+        return json.dumps({"jsonrpc": "2.0", "id": rid, "method": method,
+                           "params": params})
+
+    def headers(self, key, method, name=None):
+        h = {"Authorization": "Bearer " + key,
+             "Content-Type": "application/json",
+             "Accept": "application/json, text/event-stream",
+             "MCP-Protocol-Version": MODERN, "Mcp-Method": method}
+        if name is not None:
+            h["Mcp-Name"] = name
+        return h
+
+    def read(self, key, uri):
+        """resources/read on the user's instance: it has taken every
+        request sent to it before (one pipe, answered in order)."""
+        status, _, data = self.b.request(
+            "POST", "/mcp/t", self.body(8, "resources/read", {"uri": uri}),
+            self.headers(key, "resources/read", uri), timeout=20)
+        self.assertEqual(status, 200, data)
+        return json.loads(data)["result"]["contents"][0]["text"]
+
+    def test_every_users_instance_is_subscribed(self):
+        uri = "mcpbroker://m/note://n"
+        keys = [self.b.ctl("user", "add", "-r", "dev", u).stdout.split()[-1]
+                for u in ("bob", "carol")]
+        streams = [self.listen(k, uri) for k in keys]
+        # each instance has taken its subscription before the change
+        self.assertEqual([self.read(k, uri) for k in keys], ["v1", "v1"])
+        with open(self.note, "w") as f:
+            f.write("v2")
+        for s in streams:
+            _, msg = s.next_event()
+            self.assertEqual(msg["method"], "notifications/resources/updated")
+            self.assertEqual(msg["params"]["uri"], uri)
 
 
 class NameCollisionTest(unittest.TestCase):

@@ -392,6 +392,16 @@ test_marks_once_a_period(void **state)
 	    "'budget'"), 4);
 	assert_int_equal(count("SELECT COUNT(*) FROM budget_alerts WHERE "
 	    "holder = 'alice'"), 4);
+	/*
+	 * Another tenant's alice has marks of her own, of the budget for
+	 * any alice and of the one for beta's (monthly-tokens 60).
+	 */
+	record(&alice_beta, day2, 50, 50);
+	assert_int_equal(count("SELECT COUNT(*) FROM audit WHERE kind = "
+	    "'budget' AND tenant = 'beta'"), 4);
+	assert_int_equal(count("SELECT COUNT(*) FROM budget_alerts WHERE "
+	    "holder = 'alice' AND tenant = 'beta' AND name_tenant = 'beta'"),
+	    2);
 	/* Periods long over are forgotten. */
 	usage_prune_alerts(utc(2026, 6, 2, 0, 0, 0));
 	assert_int_equal(count("SELECT COUNT(*) FROM budget_alerts"), 0);
