@@ -1819,11 +1819,11 @@ session_new(const char *user)
 static void
 session_free(struct session *s)
 {
+	char owner[OWNER_MAX];
+
 	if (s->s_turn != NULL)
 		turn_fail(s->s_turn, 409, "disconnected", 0, "the session was "
 		    "closed");
-	char owner[OWNER_MAX];
-
 	TAILQ_REMOVE(&sessions, s, s_entry);
 	controller_release(controller_owner(s->s_user, s->s_tenant, owner),
 	    s->s_conversation);

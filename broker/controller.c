@@ -1048,8 +1048,11 @@ user_change(const char *op, const char *name, const char *tenant,
 		tenant = gone.su_tenant;
 		if ((rc = store_user_del(name, why, whylen)) == 0)
 			rc = user_erase(name, tenant, why, whylen);
-	} else
-		rc = store_user_del(name, why, whylen);	/* says why */
+	} else {
+		/* Unknown, or unreadable: nothing is deleted unerased. */
+		snprintf(why, whylen, "no user \"%s\"", name);
+		rc = -1;
+	}
 	if (rc == 0) {
 		d = json_object_new_object();
 		json_object_object_add(d, "op", json_object_new_string(op));

@@ -739,8 +739,9 @@ sess_foreign(const char *sid, const struct store_user *u, const char *peer)
 			break;
 	if (ms == NULL || sess_of(ms, u))
 		return 0;
-	log_warnx("mcp: %s presented session %s of %s; refused", u->su_name,
-	    ms->ms_label, ms->ms_user);
+	log_warnx("mcp: %s of %s presented session %s of %s of %s; refused",
+	    u->su_name, u->su_tenant, ms->ms_label, ms->ms_user,
+	    ms->ms_tenant);
 	d = json_object_new_object();
 	json_object_object_add(d, "result", json_object_new_string("failure"));
 	json_object_object_add(d, "reason", json_object_new_string(

@@ -78,6 +78,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -991,15 +992,19 @@ run_stdio(char **argv)
 /* ---- servers: the trivial responder and the null relay ---------------- */
 
 /*
- * A client of ours; dead: gone while the relay still owes it an answer;
- * closing: its last request asked for Connection: close.
+ * A client of ours.  closing: its last request asked for Connection:
+ * close; waiting: the relay owes it an answer; gone: closed, to be freed
+ * once nothing refers to it (no answer owed, no event of this batch).
  */
 struct rconn {
 	int fd;
 	char *in;
 	size_t len, cap;
-	int waiting, dead, closing;
+	int waiting, closing, gone;
+	struct rconn *next_gone;
 };
+
+static struct rconn *graveyard;
 
 static int
 serve_listen(const char *port)
@@ -1040,19 +1045,34 @@ serve_accept(int lfd)
 	}
 }
 
-/* The client is gone, or done: r is freed unless an answer is owed. */
+/* The client is gone, or done: closed now, freed by serve_bury. */
 static void
 rconn_end(struct rconn *r)
 {
+	if (r->gone)
+		return;
 	close(r->fd);
 	r->fd = -1;
-	free(r->in);
-	r->in = NULL;
-	r->len = r->cap = 0;
-	if (r->waiting)
-		r->dead = 1;
-	else
+	r->gone = 1;
+	r->next_gone = graveyard;
+	graveyard = r;
+}
+
+/* After a batch of events: free the closed that are owed nothing. */
+static void
+serve_bury(void)
+{
+	struct rconn **pp = &graveyard, *r;
+
+	while ((r = *pp) != NULL) {
+		if (r->waiting) {
+			pp = &r->next_gone;
+			continue;
+		}
+		*pp = r->next_gone;
+		free(r->in);
 		free(r);
+	}
 }
 
 /* Read what there is: 0, or -1 when the client went. */
@@ -1061,6 +1081,8 @@ rconn_fill(struct rconn *r)
 {
 	ssize_t got;
 
+	if (r->gone)
+		return -1;
 	for (;;) {
 		if (r->cap - r->len < 16384)
 			r->in = xrealloc(r->in, r->cap = r->cap ? r->cap * 2 :
@@ -1088,8 +1110,8 @@ rconn_request(struct rconn *r, char *method, const char **body, long *blen)
 	long clen = 0;
 	size_t whole;
 
-	if (r->len == 0 || (hend = memmem(r->in, r->len, "\r\n\r\n", 4)) ==
-	    NULL)
+	if (r->gone || r->len == 0 || (hend = memmem(r->in, r->len,
+	    "\r\n\r\n", 4)) == NULL)
 		return 0;
 	r->in[r->len] = '\0';
 	cl = strcasestr(r->in, "\r\nContent-Length:");
@@ -1113,25 +1135,52 @@ rconn_consume(struct rconn *r, size_t whole)
 	r->len -= whole;
 }
 
-/* An answer: status line, a session id, BODY as JSON (none when blen 0). */
+/* Write all of iov, waiting for room when the socket or pipe is full. */
+static int
+write_all(int fd, struct iovec *iov, int n)
+{
+	struct pollfd pfd = { .fd = fd, .events = POLLOUT };
+	ssize_t w;
+
+	while (n > 0) {
+		if ((w = writev(fd, iov, n)) < 0) {
+			if (errno != EAGAIN && errno != EINTR)
+				return -1;
+			(void)poll(&pfd, 1, 1000);
+			continue;
+		}
+		while (n > 0 && (size_t)w >= iov->iov_len) {
+			w -= iov->iov_len;
+			iov++;
+			n--;
+		}
+		if (n > 0) {
+			iov->iov_base = (char *)iov->iov_base + w;
+			iov->iov_len -= w;
+		}
+	}
+	return 0;
+}
+
+/*
+ * An answer: status line, a session id, BODY as JSON (none when blen 0);
+ * then the connection ends if the request asked for that.
+ */
 static void
-reply(int fd, const char *status, const char *body, size_t blen)
+reply(struct rconn *r, const char *status, const char *body, size_t blen)
 {
 	char head[256];
 	struct iovec iov[2];
-	int hl;
 
-	hl = snprintf(head, sizeof head, "HTTP/1.1 %s\r\nContent-Type: "
-	    "application/json\r\nMcp-Session-Id: s\r\nContent-Length: %zu"
-	    "\r\n\r\n", status, blen);
+	iov[0].iov_len = snprintf(head, sizeof head, "HTTP/1.1 %s\r\n"
+	    "Content-Type: application/json\r\nMcp-Session-Id: s\r\n"
+	    "Content-Length: %zu\r\n\r\n", status, blen);
 	iov[0].iov_base = head;
-	iov[0].iov_len = hl;
 	iov[1].iov_base = (void *)body;
 	iov[1].iov_len = blen;
-	/* a client that cannot take an answer this small is gone: its read
-	 * sees the close */
-	if (writev(fd, iov, 2) < 0)
-		return;
+	/* a client that cannot take it is gone: its read sees the close */
+	if (write_all(r->fd, iov, 2) == -1 || r->closing)
+		rconn_end(r);
 }
 
 static int
@@ -1164,15 +1213,12 @@ run_respond(const char *port)
 				    "\"result\":{\"content\":[{\"type\":"
 				    "\"text\",\"text\":\"hello\"}]}}",
 				    strtol(v, NULL, 10));
-				reply(r->fd, v ? "200 OK" : "202 Accepted", body,
-				    len);
 				rconn_consume(r, whole);
-				if (r->closing) {
-					rconn_end(r);
-					break;
-				}
+				reply(r, v ? "200 OK" : "202 Accepted", body,
+				    len);
 			}
 		}
+		serve_bury();
 	}
 	return 0;
 }
@@ -1182,12 +1228,31 @@ run_respond(const char *port)
  * for the gateways measured.  Each POSTed call is written to the backend
  * as it came, one line, and the backend's next line is its answer (the
  * echo servers answer in order; an answer with another id stops the
- * relay).  initialize, notifications and DELETE are answered here.
+ * relay).  initialize, notifications and DELETE are answered here.  For
+ * small messages: a backend that fills its output pipe while the relay
+ * waits to write a large call to its input would block both.
  */
 #define RELAY_QUEUE (MAX_CONNS * 2)
 
-static struct rconn *relay_q[RELAY_QUEUE];
+static struct {
+	struct rconn *r;
+	char id[32];			/* the call's id, as written */
+} relay_q[RELAY_QUEUE];
 static size_t relay_head, relay_n;
+
+/* The id's JSON text at v: a number or a simple string. */
+static size_t
+id_text(const char *v, const char *end, char *out, size_t outlen)
+{
+	size_t n = 0;
+
+	while (v + n < end && n + 1 < outlen && v[n] != ',' && v[n] != '}' &&
+	    !isspace((unsigned char)v[n]))
+		n++;
+	memcpy(out, v, n);
+	out[n] = '\0';
+	return n;
+}
 
 static void
 relay_call(struct rconn *r, int to, const char *b, long bl)
@@ -1196,13 +1261,15 @@ relay_call(struct rconn *r, int to, const char *b, long bl)
 	    "{\"protocolVersion\":\"2025-06-18\",\"capabilities\":{\"tools\":"
 	    "{}},\"serverInfo\":{\"name\":\"relay\",\"version\":\"1\"}}}";
 	struct iovec iov[2];
+	const char *v;
+	size_t slot;
 
-	if (json_value(b, bl, "id") == NULL) {
-		reply(r->fd, "202 Accepted", "", 0);
+	if ((v = json_value(b, bl, "id")) == NULL) {
+		reply(r, "202 Accepted", "", 0);
 		return;
 	}
 	if (memmem(b, bl, "\"initialize\"", 12) != NULL) {
-		reply(r->fd, "200 OK", init, sizeof init - 1);
+		reply(r, "200 OK", init, sizeof init - 1);
 		return;
 	}
 	if (relay_n == RELAY_QUEUE)
@@ -1211,9 +1278,11 @@ relay_call(struct rconn *r, int to, const char *b, long bl)
 	iov[0].iov_len = bl;
 	iov[1].iov_base = "\n";
 	iov[1].iov_len = 1;
-	if (writev(to, iov, 2) != bl + 1)
+	if (write_all(to, iov, 2) == -1)
 		fail("relay: write to the backend: %s", strerror(errno));
-	relay_q[(relay_head + relay_n++) % RELAY_QUEUE] = r;
+	slot = (relay_head + relay_n++) % RELAY_QUEUE;
+	relay_q[slot].r = r;
+	id_text(v, b + bl, relay_q[slot].id, sizeof relay_q[slot].id);
 	r->waiting = 1;
 }
 
@@ -1229,13 +1298,9 @@ relay_requests(struct rconn *r, int to)
 		if (m == 'P')
 			relay_call(r, to, b, bl);
 		else
-			reply(r->fd, m == 'D' ? "200 OK" : "405 Method Not "
+			reply(r, m == 'D' ? "200 OK" : "405 Method Not "
 			    "Allowed", "", 0);
 		rconn_consume(r, whole);
-		if (r->closing && !r->waiting) {
-			rconn_end(r);
-			return;
-		}
 	}
 }
 
@@ -1244,7 +1309,8 @@ static void
 relay_answers(int from, int to, char **buf, size_t *len, size_t *cap)
 {
 	struct rconn *r;
-	char *nl, *p;
+	const char *v;
+	char *nl, *p, id[32];
 	ssize_t got;
 
 	if (*cap - *len < 65536)
@@ -1254,25 +1320,47 @@ relay_answers(int from, int to, char **buf, size_t *len, size_t *cap)
 	*len += got;
 	for (p = *buf; (nl = memchr(p, '\n', *buf + *len - p)) != NULL;
 	    p = nl + 1) {
-		if (relay_n == 0)
-			fail("relay: an answer nobody asked for: %.*s",
+		if ((v = json_value(p, nl - p, "id")) == NULL ||
+		    json_value(p, nl - p, "method") != NULL)
+			continue;	/* the backend's notice or request */
+		id_text(v, nl, id, sizeof id);
+		if (relay_n == 0 || strcmp(id, relay_q[relay_head].id) != 0)
+			fail("relay: the backend answered out of order: %.*s",
 			    (int)(nl - p), p);
-		r = relay_q[relay_head];
+		r = relay_q[relay_head].r;
 		relay_head = (relay_head + 1) % RELAY_QUEUE;
 		relay_n--;
 		r->waiting = 0;
-		if (r->dead) {
-			free(r);
-			continue;
-		}
-		reply(r->fd, "200 OK", p, nl - p);
-		if (r->closing)
-			rconn_end(r);
-		else
-			relay_requests(r, to);
+		if (r->gone)
+			continue;	/* serve_bury frees it */
+		reply(r, "200 OK", p, nl - p);
+		relay_requests(r, to);
 	}
 	memmove(*buf, p, *buf + *len - p);
 	*len = *buf + *len - p;
+}
+
+/* Our own session with the backend, before any client's. */
+static void
+relay_handshake(int from, int to)
+{
+	char line[65536];
+	size_t len = 0;
+	ssize_t got;
+
+	if (dprintf(to, "%s\n", INIT_BODY) < 0)
+		fail("relay: write to the backend: %s", strerror(errno));
+	while (memchr(line, '\n', len) == NULL) {
+		if (len == sizeof line ||
+		    (got = read(from, line + len, sizeof line - len)) <= 0)
+			fail("relay: the backend did not initialize");
+		len += got;
+	}
+	if (json_value(line, len, "result") == NULL ||
+	    (char *)memchr(line, '\n', len) != line + len - 1)
+		fail("relay: the backend did not initialize: %.*s", (int)len,
+		    line);
+	dprintf(to, "%s\n", INITIALIZED_BODY);
 }
 
 static int
@@ -1281,9 +1369,8 @@ run_relay(const char *port, char **argv)
 	static int backend_tag;
 	struct epoll_event ev, evs[256];
 	int to[2], from[2], lfd, i, n;
-	char *buf = NULL, line[4096];
+	char *buf = NULL;
 	size_t len = 0, cap = 0;
-	FILE *f;
 
 	if (pipe2(to, O_CLOEXEC) < 0 || pipe2(from, O_CLOEXEC) < 0)
 		fail("pipe: %s", strerror(errno));
@@ -1295,14 +1382,7 @@ run_relay(const char *port, char **argv)
 	}
 	close(to[0]);
 	close(from[1]);
-	/* our own session with the backend, before any client's */
-	f = fdopen(dup(from[0]), "r");
-	if (dprintf(to[1], "%s\n", INIT_BODY) < 0 || f == NULL ||
-	    fgets(line, sizeof line, f) == NULL ||
-	    json_value(line, strlen(line), "result") == NULL)
-		fail("relay: the backend did not initialize");
-	fclose(f);
-	dprintf(to[1], "%s\n", INITIALIZED_BODY);
+	relay_handshake(from[0], to[1]);
 	lfd = serve_listen(port);
 	ev.events = EPOLLIN;
 	ev.data.ptr = &backend_tag;
@@ -1319,6 +1399,7 @@ run_relay(const char *port, char **argv)
 			else if (rconn_fill(r) == 0)
 				relay_requests(r, to[1]);
 		}
+		serve_bury();
 	}
 	return 0;
 }

@@ -386,6 +386,12 @@ test_full_toolsets_budgets(void **state)
 	assert_int_equal(bg->bg_scope, BUDGET_USER);
 	assert_int_equal(bg->bg_metric, BUDGET_DAILY_USD);
 	assert_true(bg->bg_limit == 2.5);
+	assert_null(bg->bg_tenant);
+	/* the same name and metric within one tenant: another budget */
+	bg = TAILQ_NEXT(bg, bg_entry);
+	assert_string_equal(bg->bg_subject, "alice");
+	assert_string_equal(bg->bg_tenant, "acme");
+	assert_true(bg->bg_limit == 1);
 	config_free(conf);
 }
 
@@ -436,9 +442,15 @@ test_full_rules(void **state)
 
 	r = TAILQ_NEXT(r, pr_entry);
 	assert_int_equal(r->pr_subject, SUBJECT_USER);
+	assert_null(r->pr_subject_tenant);
 	assert_int_equal(TAILQ_FIRST(&r->pr_conds)->pc_op, COND_EQUALS);
 	assert_int_equal(r->pr_rate_count, 1);
 	assert_int_equal(r->pr_rate_period, 1);
+
+	r = TAILQ_NEXT(r, pr_entry);
+	assert_int_equal(r->pr_action, POLICY_DENY);
+	assert_string_equal(r->pr_subject_name, "bob");
+	assert_string_equal(r->pr_subject_tenant, "acme");
 
 	r = TAILQ_NEXT(r, pr_entry);
 	assert_string_equal(r->pr_tools[0], "*");
