@@ -153,13 +153,15 @@ static void	intent_abandon(struct turn *, struct call *);
 
 /* ---- sessions ---- */
 
+/* A user's session: a user is a name within a tenant. */
 static struct session *
-session_find(const char *user)
+session_find(const char *user, const char *tenant)
 {
 	struct session *s;
 
 	TAILQ_FOREACH(s, &sessions, s_entry)
-		if (strcmp(s->s_user, user) == 0)
+		if (strcmp(s->s_user, user) == 0 &&
+		    strcmp(s->s_tenant, tenant) == 0)
 			return s;
 	return NULL;
 }
@@ -1861,8 +1863,7 @@ session_of(const struct store_user *u)
 {
 	struct session *s;
 
-	if ((s = session_find(u->su_name)) == NULL ||
-	    strcmp(s->s_tenant, u->su_tenant) != 0)
+	if ((s = session_find(u->su_name, u->su_tenant)) == NULL)
 		return NULL;
 	session_identity(s, u);
 	return s;
@@ -1946,14 +1947,7 @@ chat_connect(uint64_t id, const struct store_user *u,
 	memset(&tmp, 0, sizeof(tmp));
 	if (connect_options(id, &tmp, body) == -1)
 		return;
-	/* One session per name: another tenant's is not this caller's to end. */
-	if ((s = session_find(user)) != NULL && strcmp(s->s_tenant,
-	    u->su_tenant) != 0) {
-		api_error(id, 409, "name_in_use", "a user of another tenant "
-		    "with this name has a chat session open");
-		return;
-	}
-	if (s != NULL)
+	if ((s = session_find(user, u->su_tenant)) != NULL)
 		session_free(s);
 	s = session_new(user);
 	session_identity(s, u);
@@ -2318,8 +2312,7 @@ chat_forget_user(const char *user, const char *tenant)
 {
 	struct session *s;
 
-	if ((s = session_find(user)) != NULL && strcmp(s->s_tenant,
-	    tenant) == 0)
+	if ((s = session_find(user, tenant)) != NULL)
 		session_free(s);
 }
 
