@@ -1360,18 +1360,26 @@ admin_show(uint64_t id, struct json_object *o)
 	struct json_object	*r;
 	int64_t			 limit = AUDIT_SHOW_DEFAULT;
 	int			 truncated;
+	char			 who[130], *slash;
 
 	memset(&f, 0, sizeof(f));
 	if (json_get_int(o, "limit", 1, AUDIT_SHOW_MAX, 1, &limit) == -1 ||
 	    json_get_int(o, "since", 0, INT64_MAX, 1, &f.af_since_ms) == -1 ||
 	    json_get_int(o, "until", 0, INT64_MAX, 1, &f.af_until_ms) == -1 ||
-	    json_get_str(o, "user", 64, 1, &f.af_user) == -1 ||
+	    json_get_str(o, "user", sizeof(who) - 1, 1, &f.af_user) == -1 ||
 	    json_get_str(o, "kind", 64, 1, &f.af_kind) == -1 ||
 	    json_get_str(o, "tool", 256, 1, &f.af_tool) == -1 ||
 	    json_get_str(o, "decision", 16, 1, &f.af_decision) == -1) {
 		admin_error(id, "audit show: limit 1-10000, user and kind of "
 		    "64 characters at most, tool of 256");
 		return;
+	}
+	/* TENANT/NAME: a user is a name within a tenant. */
+	if (f.af_user != NULL && (slash = strchr(f.af_user, '/')) != NULL) {
+		snprintf(who, sizeof(who), "%s", f.af_user);
+		who[slash - f.af_user] = '\0';
+		f.af_tenant = who;
+		f.af_user = who + (slash - f.af_user) + 1;
 	}
 	f.af_limit = (unsigned int)limit;
 	r = reply_ok();

@@ -199,6 +199,14 @@ class AuditTest(unittest.TestCase):
                          "alice").stdout.splitlines()
         self.assertEqual([l.split()[0] for l in out[1:]],
                          ["11999", "12000", "12001"])
+        # a user within a tenant: acme's alice has them, beta's none
+        out = self.b.ctl("audit", "show", "-n", "3", "-u",
+                         "acme/alice").stdout.splitlines()
+        self.assertEqual([l.split()[0] for l in out[1:]],
+                         ["11999", "12000", "12001"])
+        out = self.b.ctl("audit", "show", "-u",
+                         "beta/alice").stdout.splitlines()
+        self.assertEqual(out[1:], [])
 
     def test_verify_leaves_the_broker_serving(self):
         """`audit verify` reads a long trail in steps that take turns with
