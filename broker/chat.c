@@ -1347,10 +1347,8 @@ chat_reconfigure(void)
 			c = &s->s_turn->t_calls[i];
 			if (c->c_intent != NULL && c->c_verdict != V_REFUSE)
 				c->c_reloaded = 1;
-			else if (c->c_pending != NULL) {
-				c->c_reloaded = 1;
+			else if (c->c_pending != NULL)
 				call_redecide(s->s_turn, c, c->c_pending);
-			}
 		}
 }
 
