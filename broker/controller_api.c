@@ -323,7 +323,7 @@ r_audit(uint64_t id, const struct store_user *u, const char *rest,
 	struct audit_filter	 f;
 	struct evkeyvalq	 q;
 	struct json_object	*r, *rows = NULL;
-	char			 why[160];
+	char			 why[160], who[AUDIT_WHO_MAX];
 	int			 truncated = 0, bad;
 
 	(void)rest;
@@ -340,9 +340,17 @@ r_audit(uint64_t id, const struct store_user *u, const char *rest,
 		return;
 	}
 	if (!(bad = audit_query(&q, &f, why, sizeof(why)) == -1)) {
-		if (!user_has_role(u, "admin"))
+		audit_filter_who(&f, who);
+		/* A tenant-admin's view is their tenant, whoever is named. */
+		if (user_has_role(u, "admin"))
+			rows = audit_list(&f, &truncated);
+		else if (f.af_tenant != NULL && strcmp(f.af_tenant,
+		    u->su_tenant) != 0)
+			rows = json_object_new_array();
+		else {
 			f.af_tenant = u->su_tenant;
-		rows = audit_list(&f, &truncated);
+			rows = audit_list(&f, &truncated);
+		}
 	}
 	evhttp_clear_headers(&q);
 	if (bad) {

@@ -1353,6 +1353,21 @@ reply_ok(void)
 	return r;
 }
 
+void
+audit_filter_who(struct audit_filter *f, char who[AUDIT_WHO_MAX])
+{
+	const char *slash;
+
+	/* Too long for a tenant and a name: as it is, it matches nothing. */
+	if (f->af_user == NULL || strlen(f->af_user) >= AUDIT_WHO_MAX ||
+	    (slash = strchr(f->af_user, '/')) == NULL)
+		return;
+	snprintf(who, AUDIT_WHO_MAX, "%s", f->af_user);
+	who[slash - f->af_user] = '\0';
+	f->af_tenant = who;
+	f->af_user = who + (slash - f->af_user) + 1;
+}
+
 static void
 admin_show(uint64_t id, struct json_object *o)
 {
@@ -1360,7 +1375,7 @@ admin_show(uint64_t id, struct json_object *o)
 	struct json_object	*r;
 	int64_t			 limit = AUDIT_SHOW_DEFAULT;
 	int			 truncated;
-	char			 who[130], *slash;
+	char			 who[AUDIT_WHO_MAX];
 
 	memset(&f, 0, sizeof(f));
 	if (json_get_int(o, "limit", 1, AUDIT_SHOW_MAX, 1, &limit) == -1 ||
@@ -1374,13 +1389,7 @@ admin_show(uint64_t id, struct json_object *o)
 		    "64 characters at most, tool of 256");
 		return;
 	}
-	/* TENANT/NAME: a user is a name within a tenant. */
-	if (f.af_user != NULL && (slash = strchr(f.af_user, '/')) != NULL) {
-		snprintf(who, sizeof(who), "%s", f.af_user);
-		who[slash - f.af_user] = '\0';
-		f.af_tenant = who;
-		f.af_user = who + (slash - f.af_user) + 1;
-	}
+	audit_filter_who(&f, who);
 	f.af_limit = (unsigned int)limit;
 	r = reply_ok();
 	json_object_object_add(r, "rows", audit_list(&f, &truncated));

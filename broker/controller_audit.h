@@ -56,6 +56,14 @@ struct audit_filter {
 };
 
 /*
+ * af_user given as TENANT/NAME (a user is a name within a tenant): split
+ * into af_tenant and af_user, held in who.  A bare name stays a name in
+ * every tenant.
+ */
+#define AUDIT_WHO_MAX	130
+void	audit_filter_who(struct audit_filter *, char who[AUDIT_WHO_MAX]);
+
+/*
  * Record one event: kind (e.g. "tool_call", "auth", "admin"), who did it
  * and for which tenant (either may be NULL), and a JSON object with the
  * rest (NULL: {}).  Returns the new row's id, or -1 if it was not recorded:

@@ -198,6 +198,17 @@ class AdminApiTest(unittest.TestCase):
         self.assertEqual(status, 200)
         self.assertEqual(len([r for r in doc["rows"]
                               if r["detail"].get("name") == "ann"]), 3)
+        # a user within a tenant: theirs, or nothing of another tenant's
+        for who, n in (("acme/tad", 3), ("tad", 3), ("globex/tad", 0)):
+            status, doc = self.call("GET", "/api/v1/audit?kind=admin&user=" +
+                                    who, key=self.ta)
+            self.assertEqual(status, 200)
+            self.assertEqual(len([r for r in doc["rows"]
+                                  if r["detail"].get("name") == "ann"]), n,
+                             who)
+        status, doc = self.call("GET", "/api/v1/audit?kind=admin&user="
+                                "globex/tad", key=self.root)
+        self.assertEqual((status, doc["rows"]), (200, []))
 
     def test_csrf_for_cookie_sessions(self):
         status, h, data = self.b.request(
