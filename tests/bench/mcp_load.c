@@ -866,16 +866,11 @@ run_http(const char *url)
 
 /* ---- stdio: the floor ------------------------------------------------- */
 
-static int
-run_stdio(char **argv)
+/* COMMAND on pipes: we write to[1], read from[0]. */
+static pid_t
+spawn_backend(char **argv, int to[2], int from[2])
 {
-	int to[2], from[2];
 	pid_t pid;
-	char *in = NULL, *out = NULL;
-	size_t in_len = 0, in_cap = 0, out_len, out_cap = 0;
-	double *sent;
-	long next_id = 1;
-	int handshake = 1, i;
 
 	if (pipe2(to, O_CLOEXEC) < 0 || pipe2(from, O_CLOEXEC) < 0)
 		fail("pipe: %s", strerror(errno));
@@ -889,6 +884,21 @@ run_stdio(char **argv)
 	}
 	close(to[0]);
 	close(from[1]);
+	return pid;
+}
+
+static int
+run_stdio(char **argv)
+{
+	int to[2], from[2];
+	pid_t pid;
+	char *in = NULL, *out = NULL;
+	size_t in_len = 0, in_cap = 0, out_len, out_cap = 0;
+	double *sent;
+	long next_id = 1;
+	int handshake = 1, i;
+
+	pid = spawn_backend(argv, to, from);
 	/* calls in flight have ids next_id - conns_n .. next_id - 1 */
 	sent = calloc(conns_n, sizeof *sent);
 	if (dprintf(to[1], "%s\n", INIT_BODY) < 0)
@@ -1372,16 +1382,7 @@ run_relay(const char *port, char **argv)
 	char *buf = NULL;
 	size_t len = 0, cap = 0;
 
-	if (pipe2(to, O_CLOEXEC) < 0 || pipe2(from, O_CLOEXEC) < 0)
-		fail("pipe: %s", strerror(errno));
-	if (fork() == 0) {
-		dup2(to[0], 0);
-		dup2(from[1], 1);
-		execvp(argv[0], argv);
-		_exit(127);
-	}
-	close(to[0]);
-	close(from[1]);
+	(void)spawn_backend(argv, to, from);
 	relay_handshake(from[0], to[1]);
 	lfd = serve_listen(port);
 	ev.events = EPOLLIN;
