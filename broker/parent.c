@@ -895,6 +895,30 @@ load_config(FILE *errs)
 	return conf;
 }
 
+/* A server the broker starts itself (command): its instances run here. */
+static int
+runs_instances(const struct mcpbroker_conf *conf)
+{
+	const struct server_conf *srv;
+
+	TAILQ_FOREACH(srv, &conf->c_servers, srv_entry)
+		if (srv->srv_transport == TRANSPORT_STDIO)
+			return 1;
+	return 0;
+}
+
+/* As root without instance-user: said once there is an instance to run. */
+static void
+warn_shared_instances(const struct mcpbroker_conf *old)
+{
+	if (geteuid() == 0 && parent.conf->c_instance_user == NULL &&
+	    runs_instances(parent.conf) && (old == NULL ||
+	    !runs_instances(old)))
+		log_warnx("server instances run as \"%s\", the owner of the "
+		    "state directory: a server could read and change the "
+		    "database; set instance-user", parent.conf->c_user);
+}
+
 /* Workers follow the new server list: retire, restart or add. */
 static void
 reload_workers(struct mcpbroker_conf *old)
@@ -966,6 +990,7 @@ parent_reload(void)
 			send_done(cp, 1);
 		}
 	reload_workers(old);
+	warn_shared_instances(old);
 	config_free(old);
 	log_info("configuration reloaded");
 	return NULL;
@@ -1085,9 +1110,7 @@ resolve_instance_user(void)
 	struct passwd	*pw;
 
 	if (name == NULL) {
-		log_warnx("server instances run as \"%s\", the owner of the "
-		    "state directory: a server could read and change the "
-		    "database; set instance-user", parent.conf->c_user);
+		warn_shared_instances(NULL);
 		return 0;
 	}
 	if ((pw = getpwnam(name)) == NULL) {

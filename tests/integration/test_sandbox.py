@@ -240,6 +240,22 @@ class InstanceUserTest(unittest.TestCase):
                    r'state directory: a server could read and change the '
                    r'database; set instance-user')
 
+    def test_said_only_when_there_are_instances(self):
+        """No server the broker starts, nothing to warn of; a reload that
+        adds one says it."""
+        b = Broker("", user="nobody")
+        self.addCleanup(b.stop)
+        b.start()
+        b.write_config('server "probe" { command "python3" "%s" }'
+                       % NET_PROBE)
+        b.signal(signal.SIGHUP)
+        b.wait_log(r"configuration reloaded")
+        log = b.log()
+        said = 'server instances run as "nobody", the owner of the state'
+        self.assertEqual(log.count(said), 1, log)
+        self.assertGreater(log.index(said), log.index("reloading "
+                                                      "configuration"))
+
     def test_the_childrens_user_or_root_is_refused(self):
         for name, why in (("nobody", "the children's user"),
                           ("root", "root")):
