@@ -13,6 +13,7 @@
 #include <sys/un.h>
 
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -2564,10 +2565,25 @@ word_index(const char *v, const char *const *words)
 static int
 user_tenant(struct parser *p, char **tenant)
 {
+	const char	*s;
+	char		 q[QBUF];
+	int		 line;
+
 	if (!is_kw(peek(p), "tenant"))
 		return 0;
 	consume(p);
-	return get_string(p, "tenant", tenant, NULL);
+	if (get_string(p, "tenant", tenant, &line) == -1)
+		return -1;
+	/* As `user add -t` takes them: a tenant no user can be in is a typo. */
+	for (s = *tenant; *s != '\0'; s++)
+		if (!isalnum((unsigned char)*s) && strchr("._@-", *s) == NULL)
+			break;
+	if (**tenant == '\0' || *s != '\0' || strlen(*tenant) > 64) {
+		perr(p, line, "tenant %s: letters, digits and . _ @ -, 64 at "
+		    "most", quote(*tenant, q, sizeof(q)));
+		return -1;
+	}
+	return 0;
 }
 
 /* budget tenant|role|user "NAME" [tenant "T"] METRIC NUMBER */

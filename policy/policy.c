@@ -21,26 +21,31 @@
  * Argument conditions look at top-level arguments only.  The argument must
  * be present; prefix, equals and matches need a string without NUL bytes;
  * max-length takes any JSON (a string's length in bytes, else the length
- * of its compact serialisation).  Arguments that are not an object fail
- * every condition.
+ * of its compact serialisation).  A condition holds, fails, or cannot be
+ * checked: arguments that are not an object, a value of another type, a
+ * NUL, or a path that cannot be compared (below).  Allow rules need every
+ * condition to hold; deny and confirm rules also apply when one cannot be
+ * checked.
  *
  * prefix compares normalised paths component by component.  Both the
  * argument and the configured prefix are normalised lexically: duplicate
  * slashes collapse, "." goes, ".." removes the previous component.  A ".."
  * with nothing left to remove (above "/" or above the start of a relative
- * path), a NUL, or a path longer than POLICY_PATH_MAX fails the condition.
+ * path), a NUL, or a path longer than POLICY_PATH_MAX cannot be checked.
  * The argument matches when it is the prefix's directory itself or lies
  * beneath it, so "/srv/share/public2" never matches prefix
  * "/srv/share/public"; a trailing slash on the prefix changes nothing.
- * An absolute argument never matches a relative prefix nor the reverse, and
- * a prefix that normalises to nothing ("", ".") matches nothing.  Nothing is
+ * An absolute argument against a relative prefix, or the reverse, cannot be
+ * checked (a relative prefix is under the server's directory, which the
+ * broker does not know), nor can anything against a prefix that
+ * normalises to nothing ("", ".") or not at all ("/../a").  Nothing is
  * decoded: "%2e%2e" and "\" are ordinary characters, "~" is not expanded;
  * symbolic links are the server's business (isolation, not policy).
  *
- * Rate limits count per rule and per user (the same counter for every
- * caller without a user) in a fixed window that opens at the first call
- * counted: `rate 30/minute` allows 30 calls, then denies until a minute
- * after the first; the next call opens a new window.  So up to twice the
+ * Rate limits count per rule and per user, a name within its tenant (the
+ * same counter for every caller without either), in a fixed window that
+ * opens at the first call counted: `rate 30/minute` allows 30 calls, then
+ * denies until a minute after the first; the next call opens a new window.  So up to twice the
  * rate may pass around a window's end.  Only allow and confirm rules count
  * (a confirm call counts when decided, whatever the human then says).  At
  * most POLICY_RATE_MAX_PAIRS counters are kept; past that the least
@@ -308,9 +313,11 @@ path_has_prefix(const char *arg, size_t len, const char *prefix)
 	char	a[POLICY_PATH_MAX + 1], p[POLICY_PATH_MAX + 1];
 	size_t	n;
 
+	/* A prefix that names no directory: nothing can be checked against
+	 * it, so an allow rule never holds and a deny or confirm applies. */
 	if (path_normalise(prefix, strlen(prefix), p, sizeof(p)) == -1 ||
 	    p[0] == '\0')
-		return COND_FALSE;	/* the parser refuses such a prefix */
+		return COND_UNKNOWN;
 	/* Relative is under the server's directory, wherever that is. */
 	if (path_normalise(arg, len, a, sizeof(a)) == -1 ||
 	    (a[0] == '/') != (p[0] == '/'))

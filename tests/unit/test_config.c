@@ -1025,6 +1025,11 @@ static const struct err_case value_errors[] = {
 	    "t.conf:1)" },
 	{ "budget role x daily-usd 1\n", "t.conf:1: expected a quoted string "
 	    "after \"role\", got x" },
+	/* a tenant no user can be in: the budget or rule would never apply */
+	{ "budget user \"a\" tenant \"\" daily-usd 1\n", "t.conf:1: tenant "
+	    "\"\": letters, digits and . _ @ -, 64 at most" },
+	{ "deny user \"a\" tenant \"b c\" tool \"*\"\n", "t.conf:1: tenant "
+	    "\"b c\": letters, digits and . _ @ -, 64 at most" },
 	{ NULL, NULL },
 };
 

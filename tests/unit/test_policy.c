@@ -579,6 +579,9 @@ test_missing_and_mistyped_arguments(void **state)
 			"allow tool \"files.*\"\n"
 #define DENY_REL	"deny tool \"files.*\" where path prefix \"rel/dir\"\n" \
 			"allow tool \"files.*\"\n"
+/* A prefix that names no directory: nothing is known to be outside it. */
+#define DENY_NOWHERE	"deny tool \"files.*\" where path prefix \"/../etc\"\n" \
+			"allow tool \"files.*\"\n"
 #define CONFIRM_ETC	"confirm tool \"files.*\" where path prefix \"/etc\"\n" \
 			"allow tool \"files.*\"\n"
 #define ALLOW_SRV	"allow tool \"files.*\" where path prefix \"/srv\"\n"
@@ -609,6 +612,8 @@ test_deny_what_cannot_be_checked(void **state)
 		{ DENY_REL, "{\"path\":\"rel/dir/a\"}", POLICY_DENY },
 		{ DENY_REL, "{\"path\":\"../x\"}", POLICY_DENY },
 		{ DENY_REL, "{\"path\":\"other/a\"}", POLICY_ALLOW },
+		{ DENY_NOWHERE, "{\"path\":\"/etc/shadow\"}", POLICY_DENY },
+		{ DENY_NOWHERE, "{\"path\":\"/srv/a\"}", POLICY_DENY },
 		/* What a confirm rule cannot check, a person sees. */
 		{ CONFIRM_ETC, "{\"path\":\"/../etc/shadow\"}", POLICY_CONFIRM },
 		{ CONFIRM_ETC, "{\"path\":\"etc/shadow\"}", POLICY_CONFIRM },
