@@ -84,6 +84,7 @@ struct call {
 
 struct turn;
 
+#define CALL_TOOL_ID_MAX	256	/* SERVER.TOOL */
 #define MAX_ROLES	16
 
 struct session {
@@ -1138,6 +1139,29 @@ audit_outcome(struct turn *t, struct call *c, const char *outcome,
 }
 
 /*
+ * What the rules in force say of this call, with its arguments (rates
+ * counted): its SERVER.TOOL in id, the decision in pd.  A tool offered at
+ * connect and withheld since is denied (the new definition waits): 1.
+ */
+static int
+call_policy(struct turn *t, struct call *c, struct json_object *args,
+    char id[CALL_TOOL_ID_MAX], struct policy_decision *pd)
+{
+	struct policy_caller	pc;
+
+	snprintf(id, CALL_TOOL_ID_MAX, "%s.%s", c->c_map->tm_server,
+	    c->c_map->tm_tool);
+	if (!controller_tool_usable(c->c_map->tm_server, c->c_map->tm_tool)) {
+		controller_tool_withheld(pd);
+		return 1;
+	}
+	session_caller(t->t_s, &pc);
+	policy_decide(&controller_conf()->c_rules, &pc, id, args,
+	    monotonic_ms(), pd);
+	return 0;
+}
+
+/*
  * The decision for this very call (arguments, rate limits).  A confirm
  * rule holds the call for the user's approval on a stream; a JSON answer
  * has no way to ask, so there the call is refused.  Nothing happens until
@@ -1147,23 +1171,12 @@ static void
 call_decide(struct turn *t, size_t i, struct json_object *args)
 {
 	struct call		*c = &t->t_calls[i];
-	struct policy_caller	 pc;
 	struct policy_decision	 pd;
 	struct call_ref		*cr;
-	char			 id[256], why[512];
+	char			 id[CALL_TOOL_ID_MAX], why[512];
 	int			 withheld;
 
-	snprintf(id, sizeof(id), "%s.%s", c->c_map->tm_server,
-	    c->c_map->tm_tool);
-	/* Offered at connect, withheld since: the new definition waits. */
-	withheld = !controller_tool_usable(c->c_map->tm_server,
-	    c->c_map->tm_tool);
-	session_caller(t->t_s, &pc);
-	if (withheld)
-		controller_tool_withheld(&pd);
-	else
-		policy_decide(&controller_conf()->c_rules, &pc, id, args,
-		    monotonic_ms(), &pd);
+	withheld = call_policy(t, c, args, id, &pd);
 	if (pd.pd_action == POLICY_ALLOW)
 		c->c_verdict = V_RUN;
 	else if (pd.pd_action == POLICY_CONFIRM && t->t_stream)
@@ -1298,19 +1311,12 @@ approval_expired(int fd, short ev, void *arg)
 static void
 call_redecide(struct turn *t, struct call *c, struct json_object *args)
 {
-	struct policy_caller	 pc;
 	struct policy_decision	 pd;
-	char			 id[256], why[512];
+	char			 id[CALL_TOOL_ID_MAX], why[512];
+	int			 withheld;
 
 	c->c_reloaded = 0;
-	snprintf(id, sizeof(id), "%s.%s", c->c_map->tm_server,
-	    c->c_map->tm_tool);
-	session_caller(t->t_s, &pc);
-	if (!controller_tool_usable(c->c_map->tm_server, c->c_map->tm_tool))
-		controller_tool_withheld(&pd);
-	else
-		policy_decide(&controller_conf()->c_rules, &pc, id, args,
-		    monotonic_ms(), &pd);
+	withheld = call_policy(t, c, args, id, &pd);
 	if (pd.pd_action == POLICY_CONFIRM && t->t_stream)
 		c->c_verdict = V_ASK;
 	else if (pd.pd_action != POLICY_ALLOW) {
@@ -1320,6 +1326,8 @@ call_redecide(struct turn *t, struct call *c, struct json_object *args)
 		    "", pd.pd_action == POLICY_CONFIRM ? "it needs an "
 		    "approval, which only a streaming chat can ask for" :
 		    pd.pd_reason);
+		if (!withheld)
+			cmetrics_policy_denial("tool");
 		log_info("chat %s: %s", t->t_s->s_user, why);
 		if (c->c_pending != NULL) {
 			approval_clear(c);
@@ -2078,11 +2086,6 @@ chat_request_gone(uint64_t id)
 }
 
 /*
- * POST /llmchat/approve {id, approve, input?}: the user's answer to an
- * approval_required event of their own running turn.  With `input`, the
- * answer holds only for exactly those arguments: anything else refuses.
- */
-/*
  * The waiting call an approval names, in *c: 0 when none has that id, 1
  * when one does (*c NULL if its input is not the one given), -1 when the
  * id does not single one out.  Ids are the provider's (and cut at 63
@@ -2113,6 +2116,11 @@ approval_target(struct turn *t, const char *call_id, struct json_object *input,
 	return named;
 }
 
+/*
+ * POST /llmchat/approve {id, approve, input?}: the user's answer to an
+ * approval_required event of their own running turn.  With `input`, the
+ * answer holds only for exactly those arguments: anything else refuses.
+ */
 void
 chat_approve(uint64_t id, const struct store_user *u, struct json_object *body)
 {

@@ -2127,7 +2127,6 @@ access_intent_done(int64_t row, void *arg)
 		mr->mr_call = call;
 }
 
-/* resources/read and prompts/get: which server, may the caller, record. */
 /*
  * Resource rules are globs over the URI as the client gives it, so a rule
  * for everything under file:///srv/share/ would also match
@@ -2157,6 +2156,7 @@ uri_dotted(const char *uri)
 	return 0;
 }
 
+/* resources/read and prompts/get: which server, may the caller, record. */
 static void
 m_access(struct mcp_req *mr)
 {
@@ -2411,10 +2411,7 @@ want(struct json_object *filter, const char *key)
 	return json_object_get_boolean(json_object_object_get(filter, key));
 }
 
-/*
- * subscriptions/listen (2026-07-28): a stream that stays open with the
- * changes the client opted in to, acknowledged first with what we honour.
- */
+/* The listen streams a user (a name within a tenant) holds open. */
 static size_t
 listens_of(const struct store_user *u)
 {
@@ -2429,6 +2426,10 @@ listens_of(const struct store_user *u)
 	return n;
 }
 
+/*
+ * subscriptions/listen (2026-07-28): a stream that stays open with the
+ * changes the client opted in to, acknowledged first with what we honour.
+ */
 static void
 m_listen(struct mcp_req *mr)
 {

@@ -583,13 +583,6 @@ parent_base(void)
 }
 
 void
-parent_run_ids(uid_t *uid, gid_t *gid)
-{
-	*uid = parent.uid;
-	*gid = parent.gid;
-}
-
-void
 parent_instance_ids(uid_t *uid, gid_t *gid)
 {
 	*uid = parent.inst_uid;

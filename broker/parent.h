@@ -42,7 +42,6 @@ const char		*parent_reload(void);
 struct mcpbroker_conf	*parent_conf(void);
 struct peer		*parent_controller(void);
 struct event_base	*parent_base(void);
-void			 parent_run_ids(uid_t *, gid_t *);
 /* Whom stdio server instances run as: instance-user, else the children. */
 void			 parent_instance_ids(uid_t *, gid_t *);
 void			 describe_status(int status, char *buf, size_t len);

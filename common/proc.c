@@ -196,7 +196,6 @@ proc_closefrom(int lowfd)
 		(void)close(fd);
 }
 
-/* In the new child: a clean descriptor table, then exec ourselves. */
 /*
  * What a child's environment keeps of the parent's: the CA file OpenSSL
  * would read, and the sanitizers' options.  Nothing else: a key given
@@ -228,6 +227,7 @@ child_env(char *env[ENV_KEPT + 1])
 	env[n] = NULL;
 }
 
+/* In the new child: a clean descriptor table, then exec ourselves. */
 static void __attribute__((noreturn))
 proc_exec_child(const char *self, enum proc_kind kind, const char *name,
     int chan, int note, int err, int foreground, int verbose)
