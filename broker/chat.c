@@ -321,7 +321,7 @@ session_new_conversation(struct session *s)
 	char owner[OWNER_MAX];
 
 	if (s->s_conversation[0] != '\0')
-		controller_release(controller_owner(s->s_user, s->s_tenant,
+		controller_release(owner_key(s->s_user, s->s_tenant,
 		    owner), s->s_conversation);
 	conv_id_new(s->s_conversation);
 	s->s_stored = 0;
@@ -1447,7 +1447,7 @@ call_run(struct turn *t, size_t i, struct json_object *args)
 	cr->cr_index = i;
 	c->c_ref = cr;
 	c->c_call = controller_call_tool(wl, c->c_map->tm_tool, args,
-	    controller_owner(t->t_s->s_user, t->t_s->s_tenant, owner),
+	    owner_key(t->t_s->s_user, t->t_s->s_tenant, owner),
 	    t->t_s->s_conversation,
 	    controller_conf()->c_limits.lm_tool_timeout_ms, call_done, cr);
 }
@@ -1833,7 +1833,7 @@ session_free(struct session *s)
 		turn_fail(s->s_turn, 409, "disconnected", 0, "the session was "
 		    "closed");
 	TAILQ_REMOVE(&sessions, s, s_entry);
-	controller_release(controller_owner(s->s_user, s->s_tenant, owner),
+	controller_release(owner_key(s->s_user, s->s_tenant, owner),
 	    s->s_conversation);
 	history_clear(s);
 	tools_clear(s);

@@ -709,13 +709,6 @@ call_withheld(struct worker_link *wl, const char *tool, tool_call_fn done,
 	return 1;
 }
 
-const char *
-controller_owner(const char *user, const char *tenant, char owner[OWNER_MAX])
-{
-	snprintf(owner, OWNER_MAX, "%s/%s", tenant, user);
-	return owner;
-}
-
 uint64_t
 controller_call_tool(struct worker_link *wl, const char *tool,
     struct json_object *args, const char *owner, const char *conversation,
@@ -932,22 +925,18 @@ static int
 admin_owner(const char *user, char owner[OWNER_MAX])
 {
 	struct store_user	 su;
-	const char		*slash = strchr(user, '/');
-	char			 tenant[65];
+	const char		*tenant, *name;
 
-	if (slash != NULL) {
-		snprintf(tenant, sizeof(tenant), "%.*s", (int)(slash - user),
-		    user);
-		if ((size_t)(slash - user) >= sizeof(tenant) ||
-		    !valid_name(tenant) || strlen(slash + 1) > 64 ||
-		    !valid_name(slash + 1))
+	if (owner_split(user, owner, &tenant, &name) == 0) {
+		if (strlen(tenant) > 64 || !valid_name(tenant) ||
+		    strlen(name) > 64 || !valid_name(name))
 			return -1;
 		snprintf(owner, OWNER_MAX, "%s", user);
 		return 0;
 	}
-	if (strlen(user) > 64 || !valid_name(user))
+	if (strchr(user, '/') != NULL || strlen(user) > 64 || !valid_name(user))
 		return -1;
-	(void)controller_owner(user, store_user_get(user, &su) == 0 ?
+	(void)owner_key(user, store_user_get(user, &su) == 0 ?
 	    su.su_tenant : "default", owner);
 	return 0;
 }

@@ -46,17 +46,10 @@ void		controller_tool_withheld(struct policy_decision *);
 /* The pins of server (NULL: of every server) changed: apply them again. */
 void		controller_pins_changed(const char *server);
 
-/*
- * Whose instances a call reaches under `isolation per-user`: a user is a
- * name within a tenant, so the key is TENANT/NAME ('/' is in neither).
- */
-#define OWNER_MAX	130
-const char	*controller_owner(const char *user, const char *tenant,
-		    char owner[OWNER_MAX]);
 
 /*
  * A withheld tool's call is refused at once (code 4, done runs now).
- * owner: controller_owner's key, or NULL (no per-user instance).
+ * owner: owner_key's TENANT/NAME, or NULL (no per-user instance).
  */
 uint64_t	controller_call_tool(struct worker_link *, const char *tool,
 		    struct json_object *args, const char *owner,

@@ -323,7 +323,7 @@ r_audit(uint64_t id, const struct store_user *u, const char *rest,
 	struct audit_filter	 f;
 	struct evkeyvalq	 q;
 	struct json_object	*r, *rows = NULL;
-	char			 why[160], who[AUDIT_WHO_MAX];
+	char			 why[160], who[OWNER_MAX];
 	int			 truncated = 0, bad;
 
 	(void)rest;

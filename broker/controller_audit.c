@@ -1354,18 +1354,16 @@ reply_ok(void)
 }
 
 void
-audit_filter_who(struct audit_filter *f, char who[AUDIT_WHO_MAX])
+audit_filter_who(struct audit_filter *f, char who[OWNER_MAX])
 {
-	const char *slash;
+	const char *tenant, *name;
 
 	/* Too long for a tenant and a name: as it is, it matches nothing. */
-	if (f->af_user == NULL || strlen(f->af_user) >= AUDIT_WHO_MAX ||
-	    (slash = strchr(f->af_user, '/')) == NULL)
-		return;
-	snprintf(who, AUDIT_WHO_MAX, "%s", f->af_user);
-	who[slash - f->af_user] = '\0';
-	f->af_tenant = who;
-	f->af_user = who + (slash - f->af_user) + 1;
+	if (f->af_user != NULL && owner_split(f->af_user, who,
+	    &tenant, &name) == 0) {
+		f->af_tenant = tenant;
+		f->af_user = name;
+	}
 }
 
 static void
@@ -1375,7 +1373,7 @@ admin_show(uint64_t id, struct json_object *o)
 	struct json_object	*r;
 	int64_t			 limit = AUDIT_SHOW_DEFAULT;
 	int			 truncated;
-	char			 who[AUDIT_WHO_MAX];
+	char			 who[OWNER_MAX];
 
 	memset(&f, 0, sizeof(f));
 	if (json_get_int(o, "limit", 1, AUDIT_SHOW_MAX, 1, &limit) == -1 ||

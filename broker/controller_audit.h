@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "broker/audit_format.h"
+#include "common/util.h"
 
 struct event_base;
 struct json_object;
@@ -60,8 +61,7 @@ struct audit_filter {
  * into af_tenant and af_user, held in who.  A bare name stays a name in
  * every tenant.
  */
-#define AUDIT_WHO_MAX	130
-void	audit_filter_who(struct audit_filter *, char who[AUDIT_WHO_MAX]);
+void	audit_filter_who(struct audit_filter *, char who[OWNER_MAX]);
 
 /*
  * Record one event: kind (e.g. "tool_call", "auth", "admin"), who did it

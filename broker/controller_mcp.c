@@ -1048,7 +1048,7 @@ static void
 req_set_conv(struct mcp_req *mr)
 {
 	unsigned char	h[SHA256_DIGEST_LENGTH];
-	const char	*u = controller_owner(mr->mr_user.su_name,
+	const char	*u = owner_key(mr->mr_user.su_name,
 			    mr->mr_user.su_tenant, mr->mr_owner);
 
 	if (mr->mr_sess != NULL) {

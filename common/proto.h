@@ -92,24 +92,25 @@ enum msg_type {
 				 *  capabilities?}: the server's tools (and
 				 *  what it said it can do), after every
 				 *  change */
-	MSG_TOOL_CALL,		/* controller -> worker {tool, arguments, user?,
-				 *  conversation?, timeout_ms?}; id: the call */
+	MSG_TOOL_CALL,		/* controller -> worker {tool, arguments,
+				 *  owner?, conversation?, timeout_ms?}; id:
+				 *  the call; owner: TENANT/NAME (owner_key) */
 	MSG_TOOL_RESULT,	/* worker -> controller {result} or
 				 *  {error:{code, message}}; id: the call */
 	MSG_TOOL_PROGRESS,	/* worker -> controller {progress, total?,
 				 *  message?}; id: the call */
 	MSG_TOOL_CANCEL,	/* controller -> worker {reason?}; id: the call */
-	MSG_RELEASE,		/* controller -> worker {user?, conversation?}:
+	MSG_RELEASE,		/* controller -> worker {owner?, conversation?}:
 				 *  that chat session ended; stop the
 				 *  instances kept for it */
 	MSG_SERVER_REQ,		/* controller -> worker {method, params,
-				 *  user?, conversation?, timeout_ms?}: a
+				 *  owner?, conversation?, timeout_ms?}: a
 				 *  resources or prompts request of an MCP
 				 *  client of ours; id: a call, answered by
 				 *  TOOL_RESULT and cancelled by TOOL_CANCEL */
 	MSG_SERVER_NOTIFY,	/* worker -> controller {method, params?,
-				 *  user?, conversation?}: the server says its
-				 *  resources or prompts changed; user or
+				 *  owner?, conversation?}: the server says
+				 *  its resources or prompts changed; owner or
 				 *  conversation name the instance's key */
 
 	/* mcpbrokerctl <-> parent over the control socket, 400..499 */

@@ -313,3 +313,25 @@ sha256_hex(const void *buf, size_t len, char out[SHA256_HEX_LEN + 1])
 	sha256(buf, len, h);
 	hex_encode(h, sizeof(h), out);
 }
+
+const char *
+owner_key(const char *user, const char *tenant, char out[OWNER_MAX])
+{
+	snprintf(out, OWNER_MAX, "%s/%s", tenant, user);
+	return out;
+}
+
+int
+owner_split(const char *s, char buf[OWNER_MAX], const char **tenant,
+    const char **name)
+{
+	const char *slash;
+
+	if (strlen(s) >= OWNER_MAX || (slash = strchr(s, '/')) == NULL)
+		return -1;
+	snprintf(buf, OWNER_MAX, "%s", s);
+	buf[slash - s] = '\0';
+	*tenant = buf;
+	*name = buf + (slash - s) + 1;
+	return 0;
+}

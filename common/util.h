@@ -55,4 +55,16 @@ int	 json_numbers_ok(struct json_object *, int depth);
 
 #define JSON_MAX_DEPTH	64
 
+/*
+ * A user is a name within a tenant: TENANT/NAME ('/' is in neither), what
+ * keys a per-user instance (the worker protocol's `owner`) and what
+ * administrators may write to name one user.  owner_split copies s into
+ * buf and splits it there; -1 if s is not of that form.
+ */
+#define OWNER_MAX	(64 + 1 + 64 + 1)
+const char	*owner_key(const char *user, const char *tenant,
+		    char out[OWNER_MAX]);
+int		 owner_split(const char *s, char buf[OWNER_MAX],
+		    const char **tenant, const char **name);
+
 #endif

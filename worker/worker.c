@@ -765,8 +765,7 @@ call_key(struct json_object *o, char *key, size_t len)
 {
 	const char *owner = NULL, *conv = NULL;
 
-	/* owner: TENANT/NAME (64 + 1 + 64), a name within a tenant */
-	if (json_get_str(o, "owner", 129, 1, &owner) == -1 ||
+	if (json_get_str(o, "owner", OWNER_MAX - 1, 1, &owner) == -1 ||
 	    json_get_str(o, "conversation", 64, 1, &conv) == -1)
 		return -1;
 	switch (wk.srv->srv_isolation) {

@@ -320,6 +320,26 @@ test_child_lines_keep_their_name(void **state)
 	assert_string_equal(out, "work");
 }
 
+/* A user is a name within a tenant: TENANT/NAME, and back. */
+static void
+test_owner_key_and_split(void **state)
+{
+	char		 key[OWNER_MAX], buf[OWNER_MAX], big[OWNER_MAX + 8];
+	const char	*tenant, *name;
+
+	(void)state;
+	assert_string_equal(owner_key("alice", "acme", key), "acme/alice");
+	assert_int_equal(owner_split(key, buf, &tenant, &name), 0);
+	assert_string_equal(tenant, "acme");
+	assert_string_equal(name, "alice");
+	assert_int_equal(owner_split("alice", buf, &tenant, &name), -1);
+	/* longer than any tenant and name: not split (it names nobody) */
+	memset(big, 'a', sizeof(big) - 1);
+	big[sizeof(big) - 1] = '\0';
+	big[3] = '/';
+	assert_int_equal(owner_split(big, buf, &tenant, &name), -1);
+}
+
 int
 main(void)
 {
@@ -335,6 +355,7 @@ main(void)
 		cmocka_unit_test(test_utf8_repaired_keeps_the_good_bytes),
 		cmocka_unit_test(test_child_lines_keep_their_name),
 		cmocka_unit_test(test_log_lines_escape_control_characters),
+		cmocka_unit_test(test_owner_key_and_split),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
