@@ -196,14 +196,15 @@ utf8_repaired(const char *buf, size_t len, size_t *outlen)
 		return NULL;
 	if (len > (SIZE_MAX - 1) / 3 || (out = malloc(len * 3 + 1)) == NULL)
 		fatal("utf8_repaired");
-	for (i = o = 0; i < len; i += n + 1, o += n + 3) {
-		n = utf8_valid_len(buf + i, len - i);
+	/* n: the well-formed run at i, then a bad byte (or the end) */
+	for (i = o = 0;; n = utf8_valid_len(buf + i, len - i)) {
 		memcpy(out + o, buf + i, n);
-		if (i + n == len) {
-			o += n;
+		o += n;
+		if ((i += n) == len)
 			break;
-		}
-		memcpy(out + o + n, fffd, 3);
+		memcpy(out + o, fffd, 3);
+		o += 3;
+		i++;
 	}
 	out[o] = '\0';
 	*outlen = o;

@@ -1277,7 +1277,8 @@ handle_message(struct mcp_session *s, struct json_object *msg)
 void
 mcp_session_input(struct mcp_session *s, const char *buf, size_t len)
 {
-	struct json_tokener	*tok;
+	/* One for the process, reset per message (json_parse_object's why). */
+	static struct json_tokener	*tok;
 	struct json_object	*o;
 	char			*repaired;
 	size_t			 i, n;
@@ -1294,11 +1295,11 @@ mcp_session_input(struct mcp_session *s, const char *buf, size_t len)
 		    "U+FFFD");
 		buf = repaired;
 	}
-	if ((tok = json_tokener_new_ex(JSON_MAX_DEPTH)) == NULL)
+	if (tok == NULL && (tok = json_tokener_new_ex(JSON_MAX_DEPTH)) == NULL)
 		fatal("json_tokener_new_ex");
+	json_tokener_reset(tok);
 	o = len > INT32_MAX ? NULL : json_tokener_parse_ex(tok, buf, len);
 	if (o == NULL || json_tokener_get_parse_end(tok) != len) {
-		json_tokener_free(tok);
 		json_object_put(o);
 		bad_message(s, "output is not valid JSON");
 		log_debug("server %s: not JSON: %.*s", s->s_name,
@@ -1306,7 +1307,6 @@ mcp_session_input(struct mcp_session *s, const char *buf, size_t len)
 		free(repaired);
 		return;
 	}
-	json_tokener_free(tok);
 	free(repaired);
 	s->s_busy++;
 	if (json_object_is_type(o, json_type_array)) {
