@@ -1116,19 +1116,24 @@ rconn_fill(struct rconn *r)
 static size_t
 rconn_request(struct rconn *r, char *method, const char **body, long *blen)
 {
-	char *hend, *cl, *cc;
+	char *hend, *cl;
 	long clen = 0;
 	size_t whole;
 
 	if (r->gone || r->len == 0 || (hend = memmem(r->in, r->len,
 	    "\r\n\r\n", 4)) == NULL)
 		return 0;
-	r->in[r->len] = '\0';
-	cl = strcasestr(r->in, "\r\nContent-Length:");
-	if (cl && cl < hend)
+	r->in[r->len] = '\0';	/* room kept by rconn_fill */
+	/* the headers alone, as one string: not the body, nor what follows */
+	hend[2] = '\0';
+	if ((cl = strcasestr(r->in, "\r\nContent-Length:")) != NULL)
 		clen = strtol(cl + 17, NULL, 10);
-	cc = strcasestr(r->in, "\r\nConnection: close\r\n");
-	r->closing = cc != NULL && cc < hend;
+	r->closing = strcasestr(r->in, "\r\nConnection: close\r\n") != NULL;
+	hend[2] = '\r';
+	if (clen < 0 || clen > 16 * 1024 * 1024) {
+		rconn_end(r);		/* not a request we can frame */
+		return 0;
+	}
 	whole = hend + 4 - r->in + clen;
 	if (r->len < whole)
 		return 0;
@@ -1271,14 +1276,15 @@ relay_call(struct rconn *r, int to, const char *b, long bl)
 	    "{\"protocolVersion\":\"2025-06-18\",\"capabilities\":{\"tools\":"
 	    "{}},\"serverInfo\":{\"name\":\"relay\",\"version\":\"1\"}}}";
 	struct iovec iov[2];
-	const char *v;
+	const char *v, *m;
 	size_t slot;
 
 	if ((v = json_value(b, bl, "id")) == NULL) {
 		reply(r, "202 Accepted", "", 0);
 		return;
 	}
-	if (memmem(b, bl, "\"initialize\"", 12) != NULL) {
+	if ((m = json_value(b, bl, "method")) != NULL && b + bl - m >= 12 &&
+	    strncmp(m, "\"initialize\"", 12) == 0) {
 		reply(r, "200 OK", init, sizeof init - 1);
 		return;
 	}
@@ -1330,9 +1336,12 @@ relay_answers(int from, int to, char **buf, size_t *len, size_t *cap)
 	*len += got;
 	for (p = *buf; (nl = memchr(p, '\n', *buf + *len - p)) != NULL;
 	    p = nl + 1) {
+		/* an answer says result or error early; else a notice or a
+		 * request of the backend's own */
 		if ((v = json_value(p, nl - p, "id")) == NULL ||
-		    json_value(p, nl - p, "method") != NULL)
-			continue;	/* the backend's notice or request */
+		    (json_value(p, nl - p, "result") == NULL &&
+		    json_value(p, nl - p, "error") == NULL))
+			continue;
 		id_text(v, nl, id, sizeof id);
 		if (relay_n == 0 || strcmp(id, relay_q[relay_head].id) != 0)
 			fail("relay: the backend answered out of order: %.*s",
