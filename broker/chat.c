@@ -1925,8 +1925,7 @@ chat_connect(uint64_t id, const struct store_user *u,
 	}
 	/* Someone else's conversation or none: the same answer. */
 	if (resume != NULL && (!conv_id_valid(resume) || conv_get(resume,
-	    &cv) == -1 || strcmp(cv.cv_user, user) != 0 ||
-	    strcmp(cv.cv_tenant, u->su_tenant) != 0)) {
+	    &cv) == -1 || !store_user_is(u, cv.cv_user, cv.cv_tenant))) {
 		api_error(id, 404, "not_found", "no such conversation");
 		return;
 	}

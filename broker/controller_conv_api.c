@@ -297,8 +297,7 @@ conv_markdown(struct json_object *c)
 static int
 owns(const struct store_user *u, const struct conv_meta *cv)
 {
-	return strcmp(u->su_name, cv->cv_user) == 0 &&
-	    strcmp(u->su_tenant, cv->cv_tenant) == 0;
+	return store_user_is(u, cv->cv_user, cv->cv_tenant);
 }
 
 static int

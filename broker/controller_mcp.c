@@ -651,8 +651,7 @@ ticker_start(void)
 static int
 sess_of(const struct mcp_sess *ms, const struct store_user *u)
 {
-	return strcmp(ms->ms_user, u->su_name) == 0 &&
-	    strcmp(ms->ms_tenant, u->su_tenant) == 0;
+	return store_user_is(u, ms->ms_user, ms->ms_tenant);
 }
 
 /*
@@ -2419,9 +2418,8 @@ listens_of(const struct store_user *u)
 	size_t			 n = 0;
 
 	TAILQ_FOREACH(mr, &reqs, mr_entry)
-		if (mr->mr_listen && strcmp(mr->mr_user.su_name,
-		    u->su_name) == 0 && strcmp(mr->mr_user.su_tenant,
-		    u->su_tenant) == 0)
+		if (mr->mr_listen && store_user_is(u, mr->mr_user.su_name,
+		    mr->mr_user.su_tenant))
 			n++;
 	return n;
 }
@@ -3119,8 +3117,7 @@ mcp_forget_user(const char *user, const char *tenant)
 		    tenant) == 0)
 			sess_end(ms, "the user was deleted");
 	TAILQ_FOREACH_SAFE(mr, &reqs, mr_entry, rnext)
-		if (strcmp(mr->mr_user.su_name, user) == 0 &&
-		    strcmp(mr->mr_user.su_tenant, tenant) == 0)
+		if (store_user_is(&mr->mr_user, user, tenant))
 			req_cancel(mr);
 }
 

@@ -1006,6 +1006,14 @@ user_has_role(const struct store_user *u, const char *role)
 }
 
 int
+store_user_is(const struct store_user *u, const char *name,
+    const char *tenant)
+{
+	return strcmp(u->su_name, name) == 0 &&
+	    strcmp(u->su_tenant, tenant) == 0;
+}
+
+int
 store_user_get(const char *name, struct store_user *u)
 {
 	sqlite3_stmt	*st;

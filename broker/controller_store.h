@@ -27,6 +27,10 @@ struct store_user {
 	char	su_roles[256];		/* comma-separated */
 };
 
+/* Is u the user name in tenant?  A user is a name within a tenant. */
+int	store_user_is(const struct store_user *u, const char *name,
+	    const char *tenant);
+
 int	store_open(const char *state_dir);
 void	store_close(void);
 /* The open database, for controller_audit.c; NULL before store_open. */
