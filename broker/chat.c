@@ -75,7 +75,7 @@ struct call {
 	struct audit_async	*c_outcome;	/* outcome row being committed */
 	struct json_object	*c_decided;	/* its arguments, meanwhile */
 	enum verdict		 c_verdict;	/* what follows the commit */
-	int			 c_reloaded;	/* rules changed since decided */
+	int			 c_reloaded;	/* under old rules */
 	char			*c_why;		/* a refusal, for the model */
 	char			*c_output;	/* the result, for the model */
 	int			 c_error;
@@ -1937,9 +1937,9 @@ chat_connect(uint64_t id, const struct store_user *u,
 	/* A price is the configured model's: another's cost is not known. */
 	if (model != NULL && pv->pv_has_price && (pv->pv_model == NULL ||
 	    strcmp(model, pv->pv_model) != 0)) {
-		api_error(id, 422, "invalid_field", "\"model\": provider \"%s\" "
-		    "is priced for its model \"%s\" only: the cost of another "
-		    "could not be counted against budgets", provider,
+		api_error(id, 422, "invalid_field", "\"model\": provider "
+		    "\"%s\" is priced for its model \"%s\" only: the cost of "
+		    "another could not be counted against budgets", provider,
 		    pv->pv_model != NULL ? pv->pv_model : "");
 		return;
 	}
@@ -2195,7 +2195,8 @@ chat_status(uint64_t id, const struct store_user *u)
 {
 	struct json_object *r = json_object_new_object();
 
-	json_object_object_add(r, "user_id", json_object_new_string(u->su_name));
+	json_object_object_add(r, "user_id", json_object_new_string(
+	    u->su_name));
 	json_object_object_add(r, "connected", json_object_new_boolean(
 	    session_of(u) != NULL));
 	api_reply(id, 200, r);
@@ -2208,12 +2209,14 @@ chat_config(uint64_t id, const struct store_user *u)
 	struct json_object	*r, *cfg;
 
 	if (s == NULL) {
-		api_error(id, 404, "not_connected", "no session for %s", u->su_name);
+		api_error(id, 404, "not_connected", "no session for %s",
+		    u->su_name);
 		return;
 	}
 	r = json_object_new_object();
 	cfg = json_object_new_object();
-	json_object_object_add(r, "user_id", json_object_new_string(u->su_name));
+	json_object_object_add(r, "user_id", json_object_new_string(
+	    u->su_name));
 	json_object_object_add(r, "provider", json_object_new_string(
 	    s->s_provider));
 	json_object_object_add(r, "model", json_object_new_string(
@@ -2255,7 +2258,8 @@ chat_history(uint64_t id, const struct store_user *u, int clear)
 	size_t			 i;
 
 	if (s == NULL) {
-		api_error(id, 404, "not_connected", "no session for %s", u->su_name);
+		api_error(id, 404, "not_connected", "no session for %s",
+		    u->su_name);
 		return;
 	}
 	r = json_object_new_object();

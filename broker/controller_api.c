@@ -1055,7 +1055,8 @@ who(const struct store_user *u)
 	for (r = strtok_r(buf, ",", &save); r != NULL;
 	    r = strtok_r(NULL, ",", &save))
 		json_object_array_add(roles, json_object_new_string(r));
-	json_object_object_add(o, "user", json_object_new_string(u->su_name));
+	json_object_object_add(o, "user", json_object_new_string(
+	    u->su_name));
 	json_object_object_add(o, "tenant", json_object_new_string(
 	    u->su_tenant));
 	json_object_object_add(o, "roles", roles);

@@ -68,7 +68,8 @@
 #define PAGE_HOPS		8	/* empty backend pages skipped per list */
 #define LIST_TTL_MS		60000	/* 2026-07-28 list freshness */
 #define LISTEN_URIS_MAX		64
-#define LISTENS_PER_USER	32	/* open subscriptions/listen streams */
+/* subscriptions/listen streams a user may hold open */
+#define LISTENS_PER_USER	32
 #define TOOL_NAME_MAX		128	/* MCP's limit on a tool's name */
 #define URI_MAX			8192
 #define CURSOR_MAX		4096
@@ -2193,8 +2194,9 @@ m_access(struct mcp_req *mr)
 	if (read && uri_dotted(orig)) {
 		memset(&pd, 0, sizeof(pd));
 		pd.pd_action = POLICY_DENY;
-		snprintf(pd.pd_reason, sizeof(pd.pd_reason), "the URI has a dot "
-		    "segment, or a dot or slash percent-encoded");
+		snprintf(pd.pd_reason, sizeof(pd.pd_reason),
+		    "the URI has a dot segment, or a dot or slash "
+		    "percent-encoded");
 		refuse(mr, POLICY_RESOURCE, id, &pd);
 	} else if (decide(mr, read ? POLICY_RESOURCE : POLICY_PROMPT, id,
 	    args != NULL ? args : none, &pd) != POLICY_ALLOW)

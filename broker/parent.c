@@ -54,7 +54,8 @@ static struct {
 	struct mcpbroker_conf	*conf;
 	uid_t			 uid;
 	gid_t			 gid;
-	uid_t			 inst_uid;	/* stdio server instances */
+	/* stdio server instances' */
+	uid_t			 inst_uid;
 	gid_t			 inst_gid;
 	struct child_list	 children;
 	struct listener		 listeners[MAX_LISTENERS];

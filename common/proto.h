@@ -100,9 +100,9 @@ enum msg_type {
 	MSG_TOOL_PROGRESS,	/* worker -> controller {progress, total?,
 				 *  message?}; id: the call */
 	MSG_TOOL_CANCEL,	/* controller -> worker {reason?}; id: the call */
-	MSG_RELEASE,		/* controller -> worker {owner?, conversation?}:
-				 *  that chat session ended; stop the
-				 *  instances kept for it */
+	MSG_RELEASE,		/* controller -> worker {owner?,
+				 *  conversation?}: that chat session ended;
+				 *  stop the instances kept for it */
 	MSG_SERVER_REQ,		/* controller -> worker {method, params,
 				 *  owner?, conversation?, timeout_ms?}: a
 				 *  resources or prompts request of an MCP

@@ -64,7 +64,8 @@ sandbox_clear_caps(void)
 void
 sandbox_drop_privileges(uid_t uid, gid_t gid)
 {
-	pid_t parent = getppid();	/* 1 when the daemon is a container's */
+	/* 1 when the daemon is a container's pid 1 */
+	pid_t parent = getppid();
 
 	if (geteuid() == 0) {
 		sandbox_drop_bounding_set();

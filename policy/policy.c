@@ -45,8 +45,8 @@
  * Rate limits count per rule and per user, a name within its tenant (the
  * same counter for every caller without either), in a fixed window that
  * opens at the first call counted: `rate 30/minute` allows 30 calls, then
- * denies until a minute after the first; the next call opens a new window.  So up to twice the
- * rate may pass around a window's end.  Only allow and confirm rules count
+ * denies until a minute after the first; the next call opens a new
+ * window.  So up to twice the rate may pass around a window's end.  Only allow and confirm rules count
  * (a confirm call counts when decided, whatever the human then says).  At
  * most POLICY_RATE_MAX_PAIRS counters are kept; past that the least
  * recently used is forgotten, which can only let that user in earlier.

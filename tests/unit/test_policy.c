@@ -580,7 +580,8 @@ test_missing_and_mistyped_arguments(void **state)
 #define DENY_REL	"deny tool \"files.*\" where path prefix \"rel/dir\"\n" \
 			"allow tool \"files.*\"\n"
 /* A prefix that names no directory: nothing is known to be outside it. */
-#define DENY_NOWHERE	"deny tool \"files.*\" where path prefix \"/../etc\"\n" \
+#define DENY_NOWHERE	"deny tool \"files.*\" where path prefix " \
+			"\"/../etc\"\n" \
 			"allow tool \"files.*\"\n"
 #define CONFIRM_ETC	"confirm tool \"files.*\" where path prefix \"/etc\"\n" \
 			"allow tool \"files.*\"\n"
